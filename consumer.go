@@ -1,0 +1,291 @@
+package dedupq
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/dedupq/dedupq/clock"
+	"github.com/dedupq/dedupq/driver"
+	"github.com/dedupq/dedupq/window"
+)
+
+// ErrShutdownTimeout is the cause of a handler's context cancellation when
+// the handler outlives ConsumerOptions.ShutdownTimeout after Run's context
+// was done. Its delivery is nacked, so it is not lost.
+var ErrShutdownTimeout = errors.New("dedupq: shutdown timeout: handler cancelled")
+
+// ConsumerOptions configure a Consumer. The zero value is usable.
+type ConsumerOptions struct {
+	// Concurrency is how many handlers run at once; 0 means 1.
+	Concurrency int
+	// Dedup, when set, wraps the handler in consumer-side deduplication.
+	// NewConsumer checks that its TTL covers the broker's redelivery span
+	// plus the part of ProducerSpan beyond the broker window.
+	Dedup Deduplicator
+	// ProducerSpan declares the publishers' worst-case retry span
+	// (Publisher.RetryPolicy().Span()).
+	ProducerSpan time.Duration
+	// Margin is the share of the TTL kept free by the startup check: 0
+	// means window.DefaultMargin, negative means none.
+	Margin float64
+	// ShutdownTimeout bounds how long in-flight handlers may keep running
+	// once Run's context is done; then their contexts are cancelled with
+	// ErrShutdownTimeout. 0 means 30s.
+	ShutdownTimeout time.Duration
+	// SettleTimeout bounds each ack, nack or terminate call, including its
+	// retries. 0 means 10s.
+	SettleTimeout time.Duration
+	// Clock times lease extension and backoff; nil means the real clock.
+	Clock clock.Clock
+	// Logger receives what cannot be returned: failed acks, failed lease
+	// extensions. Nil means slog.Default().
+	Logger *slog.Logger
+}
+
+// Consumer receives deliveries and runs a Handler on each, settling each
+// delivery by the handler's result.
+type Consumer struct {
+	sub        driver.Subscription
+	opts       ConsumerOptions
+	clock      clock.Clock
+	log        *slog.Logger
+	win        window.Window
+	redelivery window.RedeliveryPolicy
+
+	mu      sync.Mutex
+	running bool
+	closed  bool
+}
+
+// NewConsumer wraps a driver subscription. It reads the window and the
+// broker's real redelivery settings and, when opts.Dedup is set, fails with
+// a *window.UnsafeRetryError if the dedup TTL does not cover them. On
+// success the Consumer owns sub; on failure the caller still does.
+func NewConsumer(ctx context.Context, sub driver.Subscription, opts ConsumerOptions) (*Consumer, error) {
+	w, err := sub.Window(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("dedupq: reading the dedup window: %w", err)
+	}
+	r, err := sub.Redelivery(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("dedupq: reading the redelivery policy: %w", err)
+	}
+	if opts.Dedup != nil {
+		err := window.CheckConsumer(window.ConsumerPlan{
+			Redelivery: r, Window: w, DedupTTL: opts.Dedup.TTL(),
+			ProducerSpan: opts.ProducerSpan, Margin: opts.Margin,
+		})
+		if err != nil {
+			return nil, err
+		}
+	}
+	if opts.Concurrency <= 0 {
+		opts.Concurrency = 1
+	}
+	if opts.ShutdownTimeout <= 0 {
+		opts.ShutdownTimeout = 30 * time.Second
+	}
+	if opts.SettleTimeout <= 0 {
+		opts.SettleTimeout = 10 * time.Second
+	}
+	log := opts.Logger
+	if log == nil {
+		log = slog.Default()
+	}
+	return &Consumer{sub: sub, opts: opts, clock: clock.Or(opts.Clock), log: log, win: w, redelivery: r}, nil
+}
+
+// Window is the publish-side window of the consumed entity.
+func (c *Consumer) Window() window.Window { return c.win }
+
+// Redelivery is the broker's redelivery policy, as read at construction.
+func (c *Consumer) Redelivery() window.RedeliveryPolicy { return c.redelivery }
+
+// Run receives and handles deliveries until ctx is done or receiving fails
+// for good. On ctx done it stops fetching, lets in-flight handlers finish
+// (up to ShutdownTimeout), settles them, and returns nil. Only one Run may
+// be active at a time.
+func (c *Consumer) Run(ctx context.Context, h Handler) error {
+	c.mu.Lock()
+	switch {
+	case c.closed:
+		c.mu.Unlock()
+		return ErrClosed
+	case c.running:
+		c.mu.Unlock()
+		return errors.New("dedupq: Consumer.Run is already running")
+	}
+	c.running = true
+	c.mu.Unlock()
+	defer func() { c.mu.Lock(); c.running = false; c.mu.Unlock() }()
+
+	if c.opts.Dedup != nil {
+		h = c.opts.Dedup.Wrap(h)
+	}
+	// Handlers outlive ctx by design: shutdown lets them finish.
+	hctx, cancelHandlers := context.WithCancelCause(context.WithoutCancel(ctx))
+	defer cancelHandlers(nil)
+	var wg sync.WaitGroup
+	drained := make(chan struct{})
+	stopWatch := context.AfterFunc(ctx, func() {
+		if clock.Sleep(c.clock, c.opts.ShutdownTimeout, drained) {
+			cancelHandlers(ErrShutdownTimeout)
+		}
+	})
+	defer stopWatch()
+
+	slots := make(chan struct{}, c.opts.Concurrency)
+	err := c.receiveLoop(ctx, slots, func(d *driver.Delivery) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			defer func() { <-slots }()
+			c.handle(hctx, h, d)
+		}()
+	})
+	wg.Wait()
+	close(drained)
+	return err
+}
+
+// receiveLoop fetches as many deliveries as there are free handler slots
+// and starts each; it returns nil when ctx is done.
+func (c *Consumer) receiveLoop(ctx context.Context, slots chan struct{}, start func(*driver.Delivery)) error {
+	failures := 0
+	for {
+		select {
+		case slots <- struct{}{}:
+		case <-ctx.Done():
+			return nil
+		}
+		n := 1
+	more:
+		for n < cap(slots) {
+			select {
+			case slots <- struct{}{}:
+				n++
+			default:
+				break more
+			}
+		}
+		ds, err := c.sub.Receive(ctx, n)
+		for range n - len(ds) {
+			<-slots
+		}
+		for _, d := range ds {
+			start(d)
+		}
+		switch {
+		case err == nil:
+			failures = 0
+		case ctx.Err() != nil:
+			return nil
+		case c.sub.IsRetryable(err):
+			failures++
+			wait := min(100*time.Millisecond<<min(failures, 6), 5*time.Second)
+			c.log.Warn("dedupq: receive failed, retrying", "err", err, "wait", wait)
+			if !clock.Sleep(c.clock, wait, ctx.Done()) {
+				return nil
+			}
+		default:
+			return fmt.Errorf("dedupq: receive: %w", err)
+		}
+	}
+}
+
+// handle runs h on one delivery, keeping its lease alive, then settles it.
+func (c *Consumer) handle(ctx context.Context, h Handler, d *driver.Delivery) {
+	stopExtending := c.keepLeased(ctx, d)
+	err := safeCall(ctx, h, fromDriverDelivery(d))
+	stopExtending()
+
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.opts.SettleTimeout)
+	defer cancel()
+	var what string
+	var serr error
+	switch {
+	case err == nil:
+		what, serr = "ack", c.settle(sctx, func(ctx context.Context) error { return c.sub.Ack(ctx, d) })
+	case IsPermanent(err):
+		what, serr = "terminate", c.settle(sctx, func(ctx context.Context) error { return c.sub.Terminate(ctx, d, err) })
+	default:
+		delay := c.redelivery.BackoffBefore(d.Attempt + 1)
+		var ra *RetryAfterError
+		if errors.As(err, &ra) {
+			delay = ra.Delay
+		}
+		what, serr = "nack", c.settle(sctx, func(ctx context.Context) error { return c.sub.Nack(ctx, d, delay) })
+	}
+	if serr != nil {
+		// The broker redelivers after the lease; consumer-side dedup makes
+		// that harmless for an ack that was lost.
+		c.log.Warn("dedupq: settling a delivery failed; the broker will redeliver it", "op", what,
+			"id", d.Message.ID, "backend_id", d.BackendID, "err", serr)
+	}
+}
+
+// settle retries a settle operation while its error is retryable.
+func (c *Consumer) settle(ctx context.Context, op func(context.Context) error) error {
+	var err error
+	for i := range 3 {
+		if err = op(ctx); err == nil || !c.sub.IsRetryable(err) {
+			return err
+		}
+		if !clock.Sleep(c.clock, 50*time.Millisecond<<i, ctx.Done()) {
+			break
+		}
+	}
+	return err
+}
+
+// keepLeased extends d's lease at half its length until the returned func is
+// called.
+func (c *Consumer) keepLeased(ctx context.Context, d *driver.Delivery) (stop func()) {
+	if d.Lease <= 0 {
+		return func() {}
+	}
+	done := make(chan struct{})
+	finished := make(chan struct{})
+	go func() {
+		defer close(finished)
+		for clock.Sleep(c.clock, d.Lease/2, done) {
+			err := c.sub.Extend(ctx, d, d.Lease)
+			if errors.Is(err, errors.ErrUnsupported) {
+				return
+			}
+			if err != nil {
+				c.log.Warn("dedupq: extending a delivery's lease failed", "id", d.Message.ID, "err", err)
+			}
+		}
+	}()
+	return func() { close(done); <-finished }
+}
+
+// safeCall runs h, turning a panic into an error so one bad message cannot
+// take the consumer down.
+func safeCall(ctx context.Context, h Handler, d *Delivery) (err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("dedupq: handler panicked: %v", r)
+		}
+	}()
+	return h(ctx, d)
+}
+
+// Close releases the driver. Call it after Run has returned.
+func (c *Consumer) Close() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed {
+		return ErrClosed
+	}
+	if c.running {
+		return errors.New("dedupq: Consumer.Close called while Run is running; cancel Run's context first")
+	}
+	c.closed = true
+	return c.sub.Close()
+}

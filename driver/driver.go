@@ -1,0 +1,152 @@
+// Package driver is the narrow interface a backend implements to plug into
+// dedupq. Users never call it: they use dedupq.Publisher and
+// dedupq.Consumer, which wrap a driver and add everything written once for
+// all backends — validation, retries with the same dedup ID, the startup
+// window check, concurrency, lease extension and graceful shutdown.
+//
+// A driver does one attempt of each operation and reports what the broker
+// said. It must not retry on its own beyond what its SDK does inside one
+// call (and must declare that in Topic.HiddenRetrySpan), because the
+// portable layer owns the retry budget.
+package driver
+
+import (
+	"context"
+	"time"
+
+	"github.com/dedupq/dedupq/window"
+)
+
+// Message is a message as a driver sends and receives it.
+type Message struct {
+	// ID is the dedup key. Drivers map it to the broker's dedup field
+	// (MessageDeduplicationId, MessageId, Nats-Msg-Id) and must return it
+	// unchanged on the consumer side.
+	ID string
+	// Body is the payload.
+	Body []byte
+	// Attributes are user metadata, returned unchanged to consumers.
+	Attributes map[string]string
+	// GroupKey is the ordering/group key (SQS MessageGroupId, Service Bus
+	// SessionId, Pub/Sub ordering key, JetStream subject suffix).
+	GroupKey string
+}
+
+// Size is the message's size as dedupq measures it against a backend's
+// limit: the body plus every attribute key and value. Brokers that count
+// less are then checked conservatively.
+func (m *Message) Size() int {
+	n := len(m.Body)
+	for k, v := range m.Attributes {
+		n += len(k) + len(v)
+	}
+	return n
+}
+
+// Limits are what a backend accepts. The portable layer checks every
+// message against them before anything is sent. A zero field means no
+// limit.
+type Limits struct {
+	// MaxIDLength is the longest dedup ID, in bytes.
+	MaxIDLength int
+	// IDAllowed reports whether a character may appear in a dedup ID or
+	// group key; nil allows any.
+	IDAllowed func(r rune) bool
+	// MaxMessageBytes bounds Message.Size.
+	MaxMessageBytes int
+	// MaxAttributes bounds the number of attributes.
+	MaxAttributes int
+	// MaxAttributeValueBytes bounds each attribute value.
+	MaxAttributeValueBytes int
+	// GroupKeyRequired refuses messages without a group key.
+	GroupKeyRequired bool
+	// MaxGroupKeyLength is the longest group key, in bytes.
+	MaxGroupKeyLength int
+	// GroupKeyAllowed is IDAllowed for group keys; nil uses IDAllowed.
+	GroupKeyAllowed func(r rune) bool
+	// AttributeNameAllowed reports whether an attribute name is accepted;
+	// nil accepts any non-empty name.
+	AttributeNameAllowed func(name string) bool
+}
+
+// SendResult is the broker's answer for one message.
+type SendResult struct {
+	// BackendID is the broker's own ID for the stored message (sequence
+	// number, MessageId).
+	BackendID string
+	// Duplicate is true when the broker said it dropped this send as a
+	// duplicate of an earlier one with the same dedup ID. That is success.
+	Duplicate bool
+	// Err is this message's failure, nil on success.
+	Err error
+}
+
+// Topic sends messages.
+type Topic interface {
+	// SendBatch makes one attempt to send msgs (at most MaxBatch of them)
+	// and returns one result per message, in order. A non-nil error means
+	// the call failed as a whole, and then any message may or may not have
+	// been stored.
+	SendBatch(ctx context.Context, msgs []*Message) ([]SendResult, error)
+	// MaxBatch is the most messages SendBatch accepts at once (≥ 1).
+	MaxBatch() int
+	// Limits are what the backend accepts.
+	Limits() Limits
+	// Window reports the window that deduplicates sends, read from the
+	// live broker where it exposes one. Called at startup and on demand.
+	Window(ctx context.Context) (window.Window, error)
+	// HiddenRetrySpan is worst-case extra time the SDK's own retries can
+	// add inside one SendBatch call beyond the attempt's context deadline.
+	// Usually zero: drivers should let the context bound the SDK.
+	HiddenRetrySpan() time.Duration
+	// IsRetryable reports whether an error from SendBatch (whole-call or
+	// per-message) may succeed on a resend. A non-retryable error must
+	// mean the broker refused the message, so it was not stored.
+	IsRetryable(err error) bool
+	// Close releases the driver's resources.
+	Close() error
+}
+
+// Delivery is one delivery of a message to a consumer.
+type Delivery struct {
+	Message Message
+	// Attempt is 1 for the first delivery and counts up on redelivery.
+	Attempt int
+	// BackendID is the broker's own message ID.
+	BackendID string
+	// Lease is how long this delivery is held before the broker redelivers
+	// it, unless acked, nacked or extended.
+	Lease time.Duration
+	// Handle is the driver's own data (ack handle, lock token).
+	Handle any
+}
+
+// Subscription receives deliveries and settles them.
+type Subscription interface {
+	// Receive blocks until at least one delivery is available, then
+	// returns up to max of them; it returns ctx's error when ctx is done
+	// first.
+	Receive(ctx context.Context, max int) ([]*Delivery, error)
+	// Ack settles d as processed; the broker will not redeliver it. An
+	// error means the broker may not have received the ack.
+	Ack(ctx context.Context, d *Delivery) error
+	// Nack returns d for redelivery after delay (or the broker's own
+	// backoff, where it applies one).
+	Nack(ctx context.Context, d *Delivery, delay time.Duration) error
+	// Terminate stops redelivery of d: dead-letter it where the backend
+	// has a dead-letter queue, drop it otherwise. reason says why.
+	Terminate(ctx context.Context, d *Delivery, reason error) error
+	// Extend renews d's lease by at least by. Drivers that cannot return
+	// an error matching errors.ErrUnsupported.
+	Extend(ctx context.Context, d *Delivery, by time.Duration) error
+	// Window reports the publish-side window for the entity consumed.
+	Window(ctx context.Context) (window.Window, error)
+	// Redelivery reports the broker's real redelivery settings for this
+	// subscription.
+	Redelivery(ctx context.Context) (window.RedeliveryPolicy, error)
+	// IsRetryable reports whether an error from Receive is transient.
+	IsRetryable(err error) bool
+	// Close releases the driver's resources. In-flight deliveries that
+	// were not settled are redelivered by the broker later.
+	Close() error
+}

@@ -1,0 +1,145 @@
+package dedupq
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+)
+
+var (
+	// ErrInvalidMessage matches every *ValidationError.
+	ErrInvalidMessage = errors.New("invalid message")
+	// ErrNotSent marks a valid message that was not sent because another
+	// message in the same batch was invalid.
+	ErrNotSent = errors.New("not sent: another message in the batch is invalid")
+	// ErrClosed is returned by a Publisher or Consumer used after Close.
+	ErrClosed = errors.New("dedupq: closed")
+	// ErrPermanent matches every error made by Permanent.
+	ErrPermanent = errors.New("permanent failure")
+)
+
+// ValidationError says why a message was refused before anything was sent.
+type ValidationError struct {
+	// Index is the message's position in the batch.
+	Index int
+	// ID is the message's dedup ID (possibly empty).
+	ID string
+	// Field is the part that is wrong: "ID", "Body", "Attributes",
+	// "GroupKey".
+	Field string
+	// Reason says what is wrong, with the backend's limit.
+	Reason string
+	// Backend names the backend whose limit was hit.
+	Backend string
+}
+
+func (e *ValidationError) Error() string {
+	return fmt.Sprintf("dedupq: message %d (id %q) refused before sending: %s: %s", e.Index, trimID(e.ID), e.Field, e.Reason)
+}
+
+// Is makes errors.Is(err, ErrInvalidMessage) true.
+func (e *ValidationError) Is(target error) bool { return target == ErrInvalidMessage }
+
+func trimID(id string) string {
+	if len(id) > 64 {
+		return id[:61] + "..."
+	}
+	return id
+}
+
+// PublishError is the final failure of one message.
+type PublishError struct {
+	// Index is the message's position in the batch.
+	Index int
+	// ID is the message's dedup ID; resend with the same ID.
+	ID string
+	// Attempts is how many sends were made (0 if none).
+	Attempts int
+	// MaybeSent is true when an attempt ended without a clear answer
+	// (timeout, lost connection, cancelled context), so the broker may have
+	// stored the message. Resending with the same ID is then safe only
+	// within the window; a false MaybeSent means the broker refused every
+	// attempt.
+	MaybeSent bool
+	// Err is the last attempt's error.
+	Err error
+}
+
+func (e *PublishError) Error() string {
+	sent := "not sent"
+	if e.MaybeSent {
+		sent = "may have been sent; resend with the same ID"
+	}
+	return fmt.Sprintf("dedupq: publish of message %d (id %q) failed after %d attempt(s), %s: %v", e.Index, trimID(e.ID), e.Attempts, sent, e.Err)
+}
+
+func (e *PublishError) Unwrap() error { return e.Err }
+
+// BatchError lists the messages of a batch that failed; every message not
+// listed was stored by the broker.
+type BatchError struct {
+	// Total is the batch size.
+	Total int
+	// Failed holds one error per failed message, in batch order: a
+	// *PublishError or a *ValidationError.
+	Failed []error
+}
+
+func (e *BatchError) Error() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "dedupq: %d of %d messages failed", len(e.Failed), e.Total)
+	for i, err := range e.Failed {
+		if i == 3 {
+			fmt.Fprintf(&b, "; and %d more", len(e.Failed)-3)
+			break
+		}
+		b.WriteString("; ")
+		b.WriteString(err.Error())
+	}
+	return b.String()
+}
+
+// Unwrap lets errors.Is and errors.As look at every failure.
+func (e *BatchError) Unwrap() []error { return e.Failed }
+
+type permanentError struct{ err error }
+
+func (e *permanentError) Error() string        { return "permanent: " + e.err.Error() }
+func (e *permanentError) Unwrap() error        { return e.err }
+func (e *permanentError) Is(target error) bool { return target == ErrPermanent }
+
+// Permanent marks a handler error as one no redelivery can fix: the consumer
+// terminates the message (dead-letters it where the backend can) instead of
+// nacking it.
+func Permanent(err error) error {
+	if err == nil {
+		return nil
+	}
+	return &permanentError{err}
+}
+
+// IsPermanent reports whether err was marked by Permanent.
+func IsPermanent(err error) bool { return errors.Is(err, ErrPermanent) }
+
+// RetryAfterError asks the consumer to nack a delivery with a given delay
+// instead of the redelivery policy's.
+type RetryAfterError struct {
+	Delay time.Duration
+	Err   error
+}
+
+func (e *RetryAfterError) Error() string {
+	return fmt.Sprintf("retry after %s: %v", e.Delay, e.Err)
+}
+
+func (e *RetryAfterError) Unwrap() error { return e.Err }
+
+// RetryAfter wraps a handler error so that the delivery is redelivered after
+// delay (as far as the backend allows).
+func RetryAfter(err error, delay time.Duration) error {
+	if err == nil {
+		return nil
+	}
+	return &RetryAfterError{Delay: delay, Err: err}
+}

@@ -1,0 +1,294 @@
+package dedupq
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"sync"
+	"time"
+
+	"github.com/dedupq/dedupq/clock"
+	"github.com/dedupq/dedupq/driver"
+	"github.com/dedupq/dedupq/window"
+)
+
+// PublisherOptions configure a Publisher. The zero value is usable.
+type PublisherOptions struct {
+	// Retry bounds resends of a message. Nil means
+	// window.DefaultRetryPolicy(); use &window.RetryPolicy{MaxAttempts: 1}
+	// for no retries.
+	Retry *window.RetryPolicy
+	// ConsumerDedupTTL declares that the consumers of this publisher's
+	// messages run consumer-side dedup (package dedup) remembering keys at
+	// least this long. The retry span must then fit this TTL instead of
+	// the broker window, which lets a publisher on a backend with a short
+	// window, or none, retry for longer.
+	ConsumerDedupTTL time.Duration
+	// Margin is the share of the window kept free by the startup check: 0
+	// means window.DefaultMargin (20%), negative means none.
+	Margin float64
+	// KeyFunc derives the dedup ID of a message published without one. Nil
+	// means an empty ID is refused. ContentKey is one choice.
+	KeyFunc func(*Message) (string, error)
+	// Clock times backoff waits; nil means the real clock.
+	Clock clock.Clock
+}
+
+// Publisher sends messages with dedup IDs and retries failed sends within
+// the window that deduplicates them. It is safe for concurrent use.
+type Publisher struct {
+	topic  driver.Topic
+	opts   PublisherOptions
+	retry  window.RetryPolicy
+	clock  clock.Clock
+	limits driver.Limits
+	mu     sync.Mutex
+	win    window.Window
+	closed bool
+	wg     sync.WaitGroup
+}
+
+// NewPublisher wraps a driver topic. It reads the backend's window and fails
+// with a *window.UnsafeRetryError when the retry policy's worst-case span
+// does not fit it (or the declared ConsumerDedupTTL). On success the
+// Publisher owns topic and closes it on Close; on failure the caller still
+// owns it.
+func NewPublisher(ctx context.Context, topic driver.Topic, opts PublisherOptions) (*Publisher, error) {
+	retry := window.DefaultRetryPolicy()
+	if opts.Retry != nil {
+		retry = *opts.Retry
+	}
+	w, err := topic.Window(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("dedupq: reading the dedup window: %w", err)
+	}
+	err = window.CheckPublisher(window.PublisherPlan{
+		Retry: retry, HiddenSpan: topic.HiddenRetrySpan(), Window: w,
+		DedupTTL: opts.ConsumerDedupTTL, Margin: opts.Margin,
+	})
+	if err != nil {
+		return nil, err
+	}
+	return &Publisher{
+		topic: topic, opts: opts, retry: retry, clock: clock.Or(opts.Clock),
+		limits: topic.Limits(), win: w,
+	}, nil
+}
+
+// Window is the window that protects this publisher's retries, as read at
+// construction or by the last Recheck.
+func (p *Publisher) Window() window.Window {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.win
+}
+
+// RetryPolicy is the policy the publisher retries with.
+func (p *Publisher) RetryPolicy() window.RetryPolicy { return p.retry }
+
+// Recheck reads the window from the broker again and repeats the startup
+// check, for windows that can change after startup (KindConfigured). A
+// failing check is returned; the publisher keeps working, so the caller
+// decides whether to stop.
+func (p *Publisher) Recheck(ctx context.Context) error {
+	w, err := p.topic.Window(ctx)
+	if err != nil {
+		return fmt.Errorf("dedupq: reading the dedup window: %w", err)
+	}
+	p.mu.Lock()
+	p.win = w
+	p.mu.Unlock()
+	return window.CheckPublisher(window.PublisherPlan{
+		Retry: p.retry, HiddenSpan: p.topic.HiddenRetrySpan(), Window: w,
+		DedupTTL: p.opts.ConsumerDedupTTL, Margin: p.opts.Margin,
+	})
+}
+
+// Publish sends one message and returns its result. The error is nil, a
+// *ValidationError (nothing sent) or a *PublishError (see MaybeSent).
+func (p *Publisher) Publish(ctx context.Context, m *Message) (Result, error) {
+	res, err := p.PublishBatch(ctx, []*Message{m})
+	if err != nil {
+		var be *BatchError
+		if errors.As(err, &be) && len(be.Failed) == 1 {
+			err = be.Failed[0]
+		}
+		if len(res) == 1 {
+			return res[0], err
+		}
+		return Result{}, err
+	}
+	return res[0], nil
+}
+
+// PublishBatch sends msgs, in backend-sized chunks, and returns one Result
+// per message in order. Every message is validated first: if any is
+// invalid, nothing is sent and the error lists the invalid ones. Otherwise
+// failed sends are retried with the same dedup IDs, and the error, if any,
+// is a *BatchError listing exactly the messages that failed; all others
+// were stored. When the call returns, nothing is left sending.
+func (p *Publisher) PublishBatch(ctx context.Context, msgs []*Message) ([]Result, error) {
+	if err := p.enter(); err != nil {
+		return nil, err
+	}
+	defer p.wg.Done()
+	out := make([]*driver.Message, len(msgs))
+	results := make([]Result, len(msgs))
+	var invalid []error
+	for i, m := range msgs {
+		if m == nil {
+			m = &Message{}
+		}
+		dm := toDriverMessage(m)
+		if dm.ID == "" && p.opts.KeyFunc != nil {
+			id, err := p.opts.KeyFunc(m)
+			if err != nil {
+				invalid = append(invalid, &ValidationError{Index: i, Field: "ID", Reason: "KeyFunc: " + err.Error(), Backend: p.win.Backend})
+				continue
+			}
+			dm.ID = id
+		}
+		out[i] = dm
+		results[i].ID = dm.ID
+		if err := validate(p.win.Backend, p.limits, i, dm); err != nil {
+			invalid = append(invalid, err)
+		}
+	}
+	if len(invalid) > 0 {
+		for i := range results {
+			results[i].Err = ErrNotSent
+		}
+		for _, err := range invalid {
+			results[err.(*ValidationError).Index].Err = err
+		}
+		return results, &BatchError{Total: len(msgs), Failed: invalid}
+	}
+	chunk := max(p.topic.MaxBatch(), 1)
+	for start := 0; start < len(out); start += chunk {
+		end := min(start+chunk, len(out))
+		p.sendWithRetry(ctx, start, out[start:end], results[start:end])
+	}
+	var failed []error
+	for _, r := range results {
+		if r.Err != nil {
+			failed = append(failed, r.Err)
+		}
+	}
+	if failed != nil {
+		return results, &BatchError{Total: len(msgs), Failed: failed}
+	}
+	return results, nil
+}
+
+// sendWithRetry sends one chunk, resending only the failed entries.
+func (p *Publisher) sendWithRetry(ctx context.Context, offset int, msgs []*driver.Message, results []Result) {
+	pending := make([]int, len(msgs)) // indexes into msgs still to send
+	for i := range pending {
+		pending[i] = i
+	}
+	maybeSent := make([]bool, len(msgs))
+	lastErr := make([]error, len(msgs))
+	attempts := max(p.retry.MaxAttempts, 1)
+	for attempt := 1; len(pending) > 0; attempt++ {
+		batch := make([]*driver.Message, len(pending))
+		for j, i := range pending {
+			batch[j] = msgs[i]
+			results[i].Attempts = attempt
+		}
+		sent, err := p.attempt(ctx, batch)
+		var retry []int
+		for j, i := range pending {
+			e := err
+			if e == nil {
+				if j >= len(sent) {
+					e = fmt.Errorf("dedupq: driver returned %d results for %d messages", len(sent), len(batch))
+				} else if sent[j].Err == nil {
+					results[i].BackendID, results[i].Duplicate = sent[j].BackendID, sent[j].Duplicate
+					continue
+				} else {
+					e = sent[j].Err
+				}
+			}
+			lastErr[i] = e
+			retryable := p.topic.IsRetryable(e) || ctxError(e)
+			maybeSent[i] = maybeSent[i] || retryable
+			if retryable && attempt < attempts && ctx.Err() == nil {
+				retry = append(retry, i)
+				continue
+			}
+			results[i].Err = &PublishError{Index: offset + i, ID: msgs[i].ID, Attempts: attempt, MaybeSent: maybeSent[i], Err: e}
+		}
+		pending = retry
+		if len(pending) == 0 {
+			return
+		}
+		if !p.sleep(ctx, p.retry.Delay(attempt, rand.Float64())) {
+			for _, i := range pending {
+				results[i].Err = &PublishError{Index: offset + i, ID: msgs[i].ID, Attempts: attempt, MaybeSent: maybeSent[i],
+					Err: errors.Join(context.Cause(ctx), lastErr[i])}
+			}
+			return
+		}
+	}
+}
+
+// attempt makes one SendBatch call bounded by the policy's AttemptTimeout.
+func (p *Publisher) attempt(ctx context.Context, batch []*driver.Message) ([]driver.SendResult, error) {
+	if p.retry.AttemptTimeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, p.retry.AttemptTimeout)
+		defer cancel()
+	}
+	return p.topic.SendBatch(ctx, batch)
+}
+
+// sleep waits d unless ctx is done first.
+func (p *Publisher) sleep(ctx context.Context, d time.Duration) bool {
+	return ctx.Err() == nil && clock.Sleep(p.clock, d, ctx.Done())
+}
+
+// ContentKey is a KeyFunc that derives the dedup ID from the body alone:
+// the hex SHA-256 of Body (64 characters, valid on every backend), the same
+// rule as SQS content-based deduplication. Two different messages with the
+// same body are then one message.
+func ContentKey(m *Message) (string, error) {
+	sum := sha256.Sum256(m.Body)
+	return hex.EncodeToString(sum[:]), nil
+}
+
+func ctxError(err error) bool {
+	return errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled)
+}
+
+func (p *Publisher) enter() error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closed {
+		return ErrClosed
+	}
+	p.wg.Add(1)
+	return nil
+}
+
+// Close waits for publishes in progress to return, then closes the driver.
+// Publishes started after Close fail with ErrClosed. ctx bounds the wait.
+func (p *Publisher) Close(ctx context.Context) error {
+	p.mu.Lock()
+	if p.closed {
+		p.mu.Unlock()
+		return ErrClosed
+	}
+	p.closed = true
+	p.mu.Unlock()
+	done := make(chan struct{})
+	go func() { p.wg.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-ctx.Done():
+		return errors.Join(fmt.Errorf("dedupq: publishes still in progress: %w", ctx.Err()), p.topic.Close())
+	}
+	return p.topic.Close()
+}

@@ -1,0 +1,66 @@
+package dedupq
+
+import (
+	"fmt"
+	"unicode/utf8"
+
+	"github.com/dedupq/dedupq/driver"
+)
+
+// validate checks m against the backend's limits; it returns nil or a
+// *ValidationError.
+func validate(backend string, lim driver.Limits, index int, m *driver.Message) error {
+	bad := func(field, format string, args ...any) error {
+		return &ValidationError{Index: index, ID: m.ID, Field: field, Reason: fmt.Sprintf(format, args...), Backend: backend}
+	}
+	if err := checkKey(lim.MaxIDLength, lim.IDAllowed, m.ID); err != "" {
+		return bad("ID", "%s (%s)", err, backend)
+	}
+	if m.GroupKey == "" && lim.GroupKeyRequired {
+		return bad("GroupKey", "%s requires a group key", backend)
+	}
+	if m.GroupKey != "" {
+		allowed := lim.GroupKeyAllowed
+		if allowed == nil {
+			allowed = lim.IDAllowed
+		}
+		if err := checkKey(lim.MaxGroupKeyLength, allowed, m.GroupKey); err != "" {
+			return bad("GroupKey", "%s (%s)", err, backend)
+		}
+	}
+	if lim.MaxAttributes > 0 && len(m.Attributes) > lim.MaxAttributes {
+		return bad("Attributes", "%d attributes, %s accepts at most %d", len(m.Attributes), backend, lim.MaxAttributes)
+	}
+	for k, v := range m.Attributes {
+		if k == "" || (lim.AttributeNameAllowed != nil && !lim.AttributeNameAllowed(k)) {
+			return bad("Attributes", "attribute name %q is not accepted by %s", k, backend)
+		}
+		if lim.MaxAttributeValueBytes > 0 && len(v) > lim.MaxAttributeValueBytes {
+			return bad("Attributes", "attribute %q is %d bytes, %s accepts at most %d", k, len(v), backend, lim.MaxAttributeValueBytes)
+		}
+	}
+	if lim.MaxMessageBytes > 0 && m.Size() > lim.MaxMessageBytes {
+		return bad("Body", "message is %d bytes (body plus attributes), %s accepts at most %d", m.Size(), backend, lim.MaxMessageBytes)
+	}
+	return nil
+}
+
+// checkKey returns "" for a valid ID or group key, else what is wrong.
+func checkKey(maxLen int, allowed func(rune) bool, s string) string {
+	switch {
+	case s == "":
+		return "empty"
+	case !utf8.ValidString(s):
+		return "not valid UTF-8"
+	case maxLen > 0 && len(s) > maxLen:
+		return fmt.Sprintf("%d bytes, at most %d allowed", len(s), maxLen)
+	}
+	if allowed != nil {
+		for i, r := range s {
+			if !allowed(r) {
+				return fmt.Sprintf("character %q at byte %d is not allowed", r, i)
+			}
+		}
+	}
+	return ""
+}
