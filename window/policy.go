@@ -112,16 +112,30 @@ func (p RetryPolicy) Span() time.Duration {
 		return Forever
 	}
 	span := mulSat(max(p.AttemptTimeout, 0), int64(attempts))
+	prev := time.Duration(-1)
 	for n := 1; n < attempts && span < Forever; n++ {
 		b := p.Backoff(n)
-		// Once the wait is capped, the remaining waits are all equal.
-		if p.MaxBackoff > 0 && b == p.MaxBackoff {
+		switch {
+		case b == prev:
+			// The waits stopped growing (capped, or Multiplier 1): the
+			// rest are all equal.
 			return addSat(span, mulSat(b, int64(attempts-n)))
+		case n == maxExactSteps:
+			// Still growing after this many steps means a Multiplier just
+			// above 1 and no cap: bound the rest by the geometric sum.
+			m := max(p.Multiplier, 1)
+			rest := float64(attempts - n)
+			return addSat(span, scaleSat(b, (math.Pow(m, rest)-1)/(m-1)))
 		}
 		span = addSat(span, b)
+		prev = b
 	}
 	return span
 }
+
+// maxExactSteps bounds Span's step-by-step sum, so that absurd MaxAttempts
+// cost constant time.
+const maxExactSteps = 10000
 
 // RedeliveryPolicy is how a broker redelivers a message its consumer did not
 // acknowledge: JetStream's AckWait/MaxDeliver/BackOff, SQS's visibility

@@ -1,0 +1,271 @@
+package dedup
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync/atomic"
+	"time"
+
+	"github.com/dedupq/dedupq"
+	"github.com/dedupq/dedupq/clock"
+)
+
+// GuardOptions configure a Guard.
+type GuardOptions struct {
+	// Store records the keys. Required.
+	Store Store
+	// TTL is how long a completed key is remembered. Required. It must
+	// cover the broker's redelivery span and any publisher retries beyond
+	// the broker window; dedupq.NewConsumer checks that.
+	TTL time.Duration
+	// Lease is how long a claim holds a key before another consumer may
+	// take it over. Zero follows the delivery's own lease (the broker's ack
+	// wait), falling back to 30s; the Guard extends it while the handler
+	// runs.
+	Lease time.Duration
+	// Key derives the dedup key; nil uses Message.ID.
+	Key func(*dedupq.Delivery) string
+	// Fingerprint derives the payload fingerprint; nil uses BodyFingerprint.
+	Fingerprint func(*dedupq.Message) string
+	// FailOpen runs the handler without a dedup decision when the store
+	// fails, logging every bypass. The default (false) is fail-closed: the
+	// delivery is nacked and retried, never processed unguarded.
+	FailOpen bool
+	// SettleTimeout bounds the Complete and Release calls made after the
+	// handler returns, which run even if the handler's context is done.
+	// Zero means 10s.
+	SettleTimeout time.Duration
+	// Clock times lease extension; nil means the real clock.
+	Clock clock.Clock
+	// Logger receives bypasses and completion failures; nil means
+	// slog.Default().
+	Logger *slog.Logger
+}
+
+// Stats counts what a Guard did. Read them with Guard.Stats.
+type Stats struct {
+	// Ran counts handler runs that succeeded and were recorded.
+	Ran uint64
+	// Failed counts handler runs that returned an error (key released).
+	Failed uint64
+	// Suppressed counts deliveries acked without running the handler,
+	// because their key was completed.
+	Suppressed uint64
+	// Deferred counts deliveries nacked because another handler held their
+	// key.
+	Deferred uint64
+	// Conflicts counts deliveries whose key was recorded with another
+	// payload fingerprint (terminated as permanent failures).
+	Conflicts uint64
+	// Bypassed counts fail-open runs without a dedup decision.
+	Bypassed uint64
+	// Unrecorded counts handler successes whose completion could not be
+	// recorded (the documented gap; see the package doc).
+	Unrecorded uint64
+}
+
+// Guard makes a handler idempotent by dedup key: claim, run, complete, then
+// ack; release on failure so the redelivery runs. It is safe for concurrent
+// use and implements dedupq.Deduplicator.
+type Guard struct {
+	opts  GuardOptions
+	clock clock.Clock
+	log   *slog.Logger
+	stats struct {
+		ran, failed, suppressed, deferred, conflicts, bypassed, unrecorded atomic.Uint64
+	}
+}
+
+var _ dedupq.Deduplicator = (*Guard)(nil)
+
+// NewGuard checks opts and returns a Guard.
+func NewGuard(opts GuardOptions) (*Guard, error) {
+	if opts.Store == nil {
+		return nil, errors.New("dedup: GuardOptions.Store is required")
+	}
+	if opts.TTL <= 0 {
+		return nil, errors.New("dedup: GuardOptions.TTL is required: how long a completed key is remembered")
+	}
+	if opts.Lease < 0 {
+		return nil, fmt.Errorf("dedup: negative lease %s", opts.Lease)
+	}
+	if opts.SettleTimeout <= 0 {
+		opts.SettleTimeout = 10 * time.Second
+	}
+	log := opts.Logger
+	if log == nil {
+		log = slog.Default()
+	}
+	return &Guard{opts: opts, clock: clock.Or(opts.Clock), log: log}, nil
+}
+
+// TTL is how long a completed key is remembered.
+func (g *Guard) TTL() time.Duration { return g.opts.TTL }
+
+// Stats returns the counters so far.
+func (g *Guard) Stats() Stats {
+	s := &g.stats
+	return Stats{
+		Ran: s.ran.Load(), Failed: s.failed.Load(), Suppressed: s.suppressed.Load(),
+		Deferred: s.deferred.Load(), Conflicts: s.conflicts.Load(),
+		Bypassed: s.bypassed.Load(), Unrecorded: s.unrecorded.Load(),
+	}
+}
+
+// BodyFingerprint is the default payload fingerprint: the hex SHA-256 of
+// the body.
+func BodyFingerprint(m *dedupq.Message) string {
+	sum := sha256.Sum256(m.Body)
+	return hex.EncodeToString(sum[:])
+}
+
+func (g *Guard) lease(d *dedupq.Delivery) time.Duration {
+	switch {
+	case g.opts.Lease > 0:
+		return g.opts.Lease
+	case d.Lease > 0:
+		return d.Lease
+	}
+	return 30 * time.Second
+}
+
+// Wrap returns h guarded by the store. The returned handler:
+//   - acks (returns nil) without running h when the key is completed;
+//   - nacks with ErrInProgress, delayed until the holder's lease ends, when
+//     another handler holds the key — acking it would lose the message if
+//     that holder crashed;
+//   - terminates with a *ConflictError when the key was recorded with
+//     another payload;
+//   - otherwise runs h under a claim that is extended while h runs, then
+//     records completion before returning nil, or releases the key and
+//     returns h's error.
+func (g *Guard) Wrap(h dedupq.Handler) dedupq.Handler {
+	return func(ctx context.Context, d *dedupq.Delivery) error {
+		key := d.Message.ID
+		if g.opts.Key != nil {
+			key = g.opts.Key(d)
+		}
+		fp := BodyFingerprint
+		if g.opts.Fingerprint != nil {
+			fp = g.opts.Fingerprint
+		}
+		fingerprint := fp(&d.Message)
+		lease := g.lease(d)
+
+		c, err := g.opts.Store.Claim(ctx, key, fingerprint, lease)
+		if err != nil {
+			if g.opts.FailOpen {
+				g.stats.bypassed.Add(1)
+				g.log.Warn("dedup: store failed; running the handler without a dedup decision (FailOpen)", "key", key, "err", err)
+				return h(ctx, d)
+			}
+			return fmt.Errorf("%w: claim %q: %w", ErrStoreUnavailable, key, err)
+		}
+		if c.State != Acquired && c.Fingerprint != "" && c.Fingerprint != fingerprint {
+			g.stats.conflicts.Add(1)
+			return dedupq.Permanent(&ConflictError{Key: key, Stored: c.Fingerprint, Got: fingerprint, StoredWhen: c.State})
+		}
+		switch c.State {
+		case Completed:
+			g.stats.suppressed.Add(1)
+			return nil
+		case InProgress:
+			g.stats.deferred.Add(1)
+			wait := min(max(c.LeaseUntil.Sub(g.clock.Now()), 100*time.Millisecond), lease)
+			return dedupq.RetryAfter(ErrInProgress, wait)
+		case Acquired:
+		default:
+			return fmt.Errorf("dedup: store returned unknown claim state %v", c.State)
+		}
+		return g.run(ctx, h, d, key, c.Token, lease)
+	}
+}
+
+// run executes h under an acquired claim and settles the claim.
+func (g *Guard) run(ctx context.Context, h dedupq.Handler, d *dedupq.Delivery, key, token string, lease time.Duration) (err error) {
+	hctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	lost := g.keepClaimed(hctx, cancel, key, token, lease)
+	sctx, cancelSettle := context.WithTimeout(context.WithoutCancel(ctx), g.opts.SettleTimeout)
+	defer cancelSettle()
+
+	completed := false
+	defer func() {
+		// Runs on error and on panic alike: the key must not stay held
+		// by a handler that did not finish.
+		if completed || lost() {
+			return
+		}
+		if rerr := g.opts.Store.Release(sctx, key, token); rerr != nil && !errors.Is(rerr, ErrLeaseLost) {
+			g.log.Warn("dedup: releasing a key after a failed handler failed; it frees itself when the lease ends", "key", key, "err", rerr)
+		}
+	}()
+
+	if err = h(hctx, d); err != nil {
+		g.stats.failed.Add(1)
+		return err
+	}
+	completed = true
+	if lost() {
+		// Another consumer took the key over while h ran: its run may
+		// repeat the effect. Nothing here can undo that; say so.
+		g.stats.unrecorded.Add(1)
+		g.log.Error("dedup: lease lost while the handler ran; another consumer may repeat the effect", "key", key)
+		return nil
+	}
+	var cerr error
+	for i := range 3 {
+		if cerr = g.opts.Store.Complete(sctx, key, token, g.opts.TTL, nil); cerr == nil || errors.Is(cerr, ErrLeaseLost) {
+			break
+		}
+		if !clock.Sleep(g.clock, 50*time.Millisecond<<i, sctx.Done()) {
+			break
+		}
+	}
+	if cerr != nil {
+		// The effect happened; nacking would make the redelivery repeat
+		// it for sure, acking only leaves the key unrecorded.
+		g.stats.unrecorded.Add(1)
+		g.log.Error("dedup: handler succeeded but its completion was not recorded; a duplicate after the lease ends would run again",
+			"key", key, "err", cerr)
+		return nil
+	}
+	g.stats.ran.Add(1)
+	return nil
+}
+
+// keepClaimed extends the claim every third of its lease until ctx is done.
+// If the claim is lost it cancels the handler's context with ErrLeaseLost.
+// The returned func stops extending and reports whether the claim was lost.
+func (g *Guard) keepClaimed(ctx context.Context, cancel context.CancelCauseFunc, key, token string, lease time.Duration) (stopAndLost func() bool) {
+	done := make(chan struct{})
+	finished := make(chan struct{})
+	var lost atomic.Bool
+	go func() {
+		defer close(finished)
+		for clock.Sleep(g.clock, lease/3, done) {
+			err := g.opts.Store.Extend(ctx, key, token, lease)
+			if errors.Is(err, ErrLeaseLost) {
+				lost.Store(true)
+				cancel(ErrLeaseLost)
+				return
+			}
+			if err != nil && ctx.Err() == nil {
+				g.log.Warn("dedup: extending a claim failed; retrying", "key", key, "err", err)
+			}
+		}
+	}()
+	var stopped bool
+	return func() bool {
+		if !stopped {
+			stopped = true
+			close(done)
+			<-finished
+		}
+		return lost.Load()
+	}
+}

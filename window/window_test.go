@@ -1,0 +1,268 @@
+// Pure arithmetic: no services.
+package window
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestRetrySpan(t *testing.T) {
+	tests := []struct {
+		name string
+		p    RetryPolicy
+		want time.Duration
+	}{
+		{"zero policy", RetryPolicy{}, 0},
+		{"one attempt", RetryPolicy{MaxAttempts: 1, AttemptTimeout: 3 * time.Second}, 3 * time.Second},
+		{"default", DefaultRetryPolicy(), 50*time.Second + 1500*time.Millisecond},
+		{"capped", RetryPolicy{MaxAttempts: 6, InitialBackoff: time.Second, MaxBackoff: 4 * time.Second, Multiplier: 2, AttemptTimeout: time.Second},
+			6*time.Second + (1+2+4+4+4)*time.Second},
+		{"multiplier below one is one", RetryPolicy{MaxAttempts: 3, InitialBackoff: time.Second, Multiplier: 0.5, AttemptTimeout: time.Second},
+			3*time.Second + 2*time.Second},
+		{"jitter never lengthens", RetryPolicy{MaxAttempts: 2, InitialBackoff: time.Second, Jitter: 1, AttemptTimeout: time.Second}, 3 * time.Second},
+		{"no attempt timeout is unbounded", RetryPolicy{MaxAttempts: 2, InitialBackoff: time.Second}, Forever},
+		{"saturates", RetryPolicy{MaxAttempts: math.MaxInt, InitialBackoff: time.Hour, Multiplier: 10, AttemptTimeout: time.Hour}, Forever},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := tt.p.Span(); got != tt.want {
+				t.Errorf("Span() = %s, want %s", got, tt.want)
+			}
+		})
+	}
+}
+
+func TestDelayStaysWithinBackoff(t *testing.T) {
+	p := RetryPolicy{MaxAttempts: 5, InitialBackoff: time.Second, MaxBackoff: 8 * time.Second, Multiplier: 2, Jitter: 0.5}
+	for n := 1; n < 5; n++ {
+		for _, u := range []float64{0, 0.25, 0.999999} {
+			b, d := p.Backoff(n), p.Delay(n, u)
+			if d > b || d < b/2 {
+				t.Errorf("Delay(%d, %v) = %s, want within [%s, %s]", n, u, d, b/2, b)
+			}
+		}
+	}
+	if got := p.Delay(3, 0); got != 4*time.Second {
+		t.Errorf("Delay(3, 0) = %s, want 4s", got)
+	}
+}
+
+func TestRedeliverySpan(t *testing.T) {
+	tests := []struct {
+		name string
+		r    RedeliveryPolicy
+		want time.Duration
+	}{
+		{"unlimited", RedeliveryPolicy{AckWait: 30 * time.Second}, Forever},
+		{"sqs-like", RedeliveryPolicy{MaxDeliveries: 5, AckWait: 30 * time.Second}, 150 * time.Second},
+		{"backoff repeats last", RedeliveryPolicy{MaxDeliveries: 4, AckWait: time.Second, Backoff: []time.Duration{time.Second, 10 * time.Second}},
+			4*time.Second + (1+10+10)*time.Second},
+		{"saturates", RedeliveryPolicy{MaxDeliveries: math.MaxInt32, AckWait: Forever / 2}, Forever},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := tt.r.Span(); got != tt.want {
+				t.Errorf("Span() = %s, want %s", got, tt.want)
+			}
+		})
+	}
+}
+
+var (
+	sqsWindow       = Window{Backend: "sqs", Duration: 5 * time.Minute, Kind: KindFixed, Source: SourceDocumented, Scope: "queue"}
+	serviceBus10m   = Window{Backend: "servicebus", Duration: 10 * time.Minute, Kind: KindConfigured, Source: SourceDiscovered}
+	jetstreamWindow = Window{Backend: "jetstream", Duration: 2 * time.Minute, Kind: KindConfigured, Source: SourceDiscovered, Scope: "stream ORDERS"}
+	pubsubWindow    = Window{Backend: "pubsub", Kind: KindNone, Source: SourceDocumented}
+)
+
+// eightMinutes spans 5m35s: 8 attempts of 10s plus waits of 5+10+20+40+60+60+60s.
+// It fits a 10-minute Service Bus window but not SQS's 5 minutes.
+var eightMinutes = RetryPolicy{MaxAttempts: 8, InitialBackoff: 5 * time.Second, MaxBackoff: time.Minute, Multiplier: 2, AttemptTimeout: 10 * time.Second}
+
+func TestCheckPublisher(t *testing.T) {
+	if got, want := eightMinutes.Span(), 80*time.Second+(5+10+20+40+60+60+60)*time.Second; got != want {
+		t.Fatalf("fixture span = %s, want %s", got, want)
+	}
+	tests := []struct {
+		name   string
+		plan   PublisherPlan
+		unsafe bool
+		fixes  []string
+	}{
+		{"fits a 10m Service Bus window", PublisherPlan{Retry: eightMinutes, Window: serviceBus10m}, false, nil},
+		{"same policy refused on SQS", PublisherPlan{Retry: eightMinutes, Window: sqsWindow}, true,
+			[]string{"lower MaxAttempts to 6", "MaxBackoff to 31s", "declare consumer-side dedup with TTL ≥ 6m59s"}},
+		{"SQS with covering dedup TTL", PublisherPlan{Retry: eightMinutes, Window: sqsWindow, DedupTTL: 10 * time.Minute}, false, nil},
+		{"SQS with too short dedup TTL", PublisherPlan{Retry: eightMinutes, Window: sqsWindow, DedupTTL: 6 * time.Minute}, true, nil},
+		{"pubsub rejects any retrying policy", PublisherPlan{Retry: DefaultRetryPolicy(), Window: pubsubWindow}, true,
+			[]string{"set MaxAttempts to 1 (no retries)", "declare consumer-side dedup with TTL ≥ 1m5s"}},
+		{"pubsub without retries", PublisherPlan{Retry: RetryPolicy{MaxAttempts: 1}, Window: pubsubWindow}, false, nil},
+		{"pubsub with dedup declared", PublisherPlan{Retry: DefaultRetryPolicy(), Window: pubsubWindow, DedupTTL: time.Hour}, false, nil},
+		{"default fits jetstream", PublisherPlan{Retry: DefaultRetryPolicy(), Window: jetstreamWindow}, false, nil},
+		{"margin counts", PublisherPlan{Retry: RetryPolicy{MaxAttempts: 2, AttemptTimeout: 55 * time.Second, InitialBackoff: 5 * time.Second}, Window: jetstreamWindow}, true, nil},
+		{"negative margin means none", PublisherPlan{Retry: RetryPolicy{MaxAttempts: 2, AttemptTimeout: 55 * time.Second, InitialBackoff: 10 * time.Second}, Window: jetstreamWindow, Margin: -1}, false, nil},
+		{"unbounded attempt", PublisherPlan{Retry: RetryPolicy{MaxAttempts: 3}, Window: sqsWindow}, true,
+			[]string{"set AttemptTimeout"}},
+		{"hidden SDK retries count", PublisherPlan{Retry: RetryPolicy{MaxAttempts: 2, AttemptTimeout: time.Second}, HiddenSpan: 5 * time.Minute, Window: sqsWindow}, true, nil},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			err := CheckPublisher(tt.plan)
+			if !tt.unsafe {
+				if err != nil {
+					t.Fatalf("CheckPublisher: %v", err)
+				}
+				return
+			}
+			var ue *UnsafeRetryError
+			if !errors.As(err, &ue) || !errors.Is(err, ErrUnsafeRetry) {
+				t.Fatalf("CheckPublisher = %v, want *UnsafeRetryError", err)
+			}
+			msg := err.Error()
+			for _, f := range tt.fixes {
+				if !strings.Contains(msg, f) {
+					t.Errorf("error %q\ndoes not suggest %q", msg, f)
+				}
+			}
+			// Every suggested numeric fix must really pass.
+			if tt.plan.Retry.AttemptTimeout > 0 {
+				checkFixesPass(t, tt.plan, ue)
+			}
+		})
+	}
+}
+
+// checkFixesPass applies each parseable fix and re-runs the check.
+func checkFixesPass(t *testing.T, plan PublisherPlan, ue *UnsafeRetryError) {
+	t.Helper()
+	for _, fix := range ue.Fixes {
+		p := plan
+		var n int
+		var d time.Duration
+		switch {
+		case scan(fix, "lower MaxAttempts to %d", &n):
+			p.Retry.MaxAttempts = n
+		case scanDur(fix, "MaxBackoff to ", &d):
+			p.Retry.MaxBackoff = d
+		case scanDur(fix, "AttemptTimeout to ", &d):
+			p.Retry.AttemptTimeout = d
+		case scanDur(fix, "declare consumer-side dedup with TTL ≥ ", &d):
+			p.DedupTTL = d
+		case fix == "set MaxAttempts to 1 (no retries)":
+			p.Retry.MaxAttempts = 1
+		default:
+			continue
+		}
+		if err := CheckPublisher(p); err != nil {
+			t.Errorf("fix %q does not pass: %v", fix, err)
+		}
+	}
+}
+
+func scan(s, format string, n *int) bool {
+	prefix := strings.TrimSuffix(format, "%d")
+	if !strings.HasPrefix(s, prefix) {
+		return false
+	}
+	_, err := fmt.Sscan(strings.TrimPrefix(s, prefix), n)
+	return err == nil
+}
+
+func scanDur(s, prefix string, d *time.Duration) bool {
+	if !strings.HasPrefix(s, prefix) {
+		return false
+	}
+	v, err := time.ParseDuration(strings.TrimPrefix(s, prefix))
+	*d = v
+	return err == nil
+}
+
+func TestCheckConsumer(t *testing.T) {
+	sqsRedelivery := RedeliveryPolicy{MaxDeliveries: 5, AckWait: 30 * time.Second}
+	tests := []struct {
+		name   string
+		plan   ConsumerPlan
+		unsafe bool
+		fix    string
+	}{
+		{"no store, nothing to check", ConsumerPlan{Redelivery: RedeliveryPolicy{}, Window: sqsWindow}, false, ""},
+		{"ttl covers redelivery", ConsumerPlan{Redelivery: sqsRedelivery, Window: sqsWindow, DedupTTL: 5 * time.Minute}, false, ""},
+		{"ttl too short", ConsumerPlan{Redelivery: sqsRedelivery, Window: sqsWindow, DedupTTL: 2 * time.Minute}, true, "lower MaxDeliveries to 3"},
+		{"unlimited redelivery", ConsumerPlan{Redelivery: RedeliveryPolicy{AckWait: 30 * time.Second}, Window: jetstreamWindow, DedupTTL: 24 * time.Hour}, true, "bound redeliveries"},
+		{"producer span within window adds nothing", ConsumerPlan{Redelivery: sqsRedelivery, Window: sqsWindow, DedupTTL: 4 * time.Minute, ProducerSpan: 4 * time.Minute}, false, ""},
+		{"producer span beyond window adds", ConsumerPlan{Redelivery: sqsRedelivery, Window: sqsWindow, DedupTTL: 4 * time.Minute, ProducerSpan: 8 * time.Minute}, true, "raise the dedup store TTL to ≥ 6m53s"},
+		{"no window: whole producer span", ConsumerPlan{Redelivery: sqsRedelivery, Window: pubsubWindow, DedupTTL: 10 * time.Minute, ProducerSpan: 8 * time.Minute}, true, "raise the dedup store TTL to ≥ 13m8s"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			err := CheckConsumer(tt.plan)
+			if (err != nil) != tt.unsafe {
+				t.Fatalf("CheckConsumer = %v, want unsafe=%v", err, tt.unsafe)
+			}
+			if err != nil && !strings.Contains(err.Error(), tt.fix) {
+				t.Errorf("error %q does not contain %q", err, tt.fix)
+			}
+		})
+	}
+}
+
+func TestErrorText(t *testing.T) {
+	err := CheckPublisher(PublisherPlan{Retry: eightMinutes, Window: sqsWindow})
+	want := "dedupq: unsafe publisher retry policy: worst-case span 5m35s exceeds the broker window 5m0s less a 20% safety margin = 4m0s (sqs dedup window 5m0s (fixed by the broker, documented, scope queue)); fix: "
+	if err == nil || !strings.HasPrefix(err.Error(), want) {
+		t.Errorf("error text:\n got %v\nwant prefix %s", err, want)
+	}
+}
+
+func TestValidate(t *testing.T) {
+	bad := []RetryPolicy{
+		{MaxAttempts: -1},
+		{InitialBackoff: -time.Second},
+		{Multiplier: math.NaN()},
+		{Jitter: 1.5},
+	}
+	for _, p := range bad {
+		if p.Validate() == nil {
+			t.Errorf("Validate(%+v) = nil, want error", p)
+		}
+		if CheckPublisher(PublisherPlan{Retry: p, Window: sqsWindow}) == nil {
+			t.Errorf("CheckPublisher accepted invalid %+v", p)
+		}
+	}
+}
+
+func FuzzRetrySpan(f *testing.F) {
+	f.Add(5, int64(100*time.Millisecond), int64(5*time.Second), 2.0, 0.2, int64(10*time.Second))
+	f.Add(math.MaxInt, int64(math.MaxInt64), int64(0), 1e300, 1.0, int64(math.MaxInt64))
+	f.Add(3, int64(-5), int64(-1), -2.0, -1.0, int64(-7))
+	f.Fuzz(func(t *testing.T, attempts int, initial, maxB int64, mult, jitter float64, timeout int64) {
+		if attempts > 1<<20 {
+			attempts = 1<<20 + attempts%7 // keep the loop short; saturation is reached far earlier
+		}
+		p := RetryPolicy{MaxAttempts: attempts, InitialBackoff: time.Duration(initial), MaxBackoff: time.Duration(maxB),
+			Multiplier: mult, Jitter: jitter, AttemptTimeout: time.Duration(timeout)}
+		span := p.Span()
+		if span < 0 {
+			t.Fatalf("negative span %d for %+v", span, p)
+		}
+		if p.Validate() != nil {
+			return
+		}
+		// Adding an attempt never shortens the worst case.
+		q := p
+		q.MaxAttempts = max(p.MaxAttempts, 1) + 1
+		if q.MaxAttempts > 0 && q.Span() < span {
+			t.Fatalf("span shrank from %s to %s with one more attempt: %+v", span, q.Span(), p)
+		}
+		for n := 1; n <= 3; n++ {
+			if d := p.Delay(n, 0.5); d < 0 || d > p.Backoff(n) {
+				t.Fatalf("Delay(%d) = %s outside [0, %s]", n, d, p.Backoff(n))
+			}
+		}
+		_ = CheckPublisher(PublisherPlan{Retry: p, Window: sqsWindow}) // must not panic
+	})
+}
