@@ -1,0 +1,262 @@
+// Tests of the portable Consumer against a channel-fed driver: no services.
+package dedupq
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/dedupq/dedupq/clock"
+	"github.com/dedupq/dedupq/driver"
+	"github.com/dedupq/dedupq/window"
+)
+
+// chanSub delivers what is pushed into in and records every settlement.
+type chanSub struct {
+	in         chan *driver.Delivery
+	redelivery window.RedeliveryPolicy
+	mu         sync.Mutex
+	settled    map[string]string // ID → "ack" | "nack <delay>" | "term"
+	extends    map[string]int
+	ackErrs    int // fail this many acks with a retryable error first
+	recvErr    error
+}
+
+func newChanSub() *chanSub {
+	return &chanSub{
+		in:         make(chan *driver.Delivery, 100),
+		redelivery: window.RedeliveryPolicy{MaxDeliveries: 5, AckWait: 30 * time.Second, Backoff: []time.Duration{7 * time.Second}},
+		settled:    map[string]string{}, extends: map[string]int{},
+	}
+}
+
+func (s *chanSub) push(id string, lease time.Duration) {
+	s.in <- &driver.Delivery{Message: driver.Message{ID: id}, Attempt: 1, BackendID: "b-" + id, Lease: lease}
+}
+
+func (s *chanSub) Receive(ctx context.Context, max int) ([]*driver.Delivery, error) {
+	if s.recvErr != nil {
+		return nil, s.recvErr
+	}
+	select {
+	case d := <-s.in:
+		return []*driver.Delivery{d}, nil
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+}
+
+func (s *chanSub) record(d *driver.Delivery, what string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.settled[d.Message.ID] = what
+}
+
+func (s *chanSub) get(id string) string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.settled[id]
+}
+
+func (s *chanSub) Ack(_ context.Context, d *driver.Delivery) error {
+	s.mu.Lock()
+	if s.ackErrs > 0 {
+		s.ackErrs--
+		s.mu.Unlock()
+		return errUnavailable
+	}
+	s.mu.Unlock()
+	s.record(d, "ack")
+	return nil
+}
+
+func (s *chanSub) Nack(_ context.Context, d *driver.Delivery, delay time.Duration) error {
+	s.record(d, fmt.Sprintf("nack %s", delay))
+	return nil
+}
+
+func (s *chanSub) Terminate(_ context.Context, d *driver.Delivery, _ error) error {
+	s.record(d, "term")
+	return nil
+}
+
+func (s *chanSub) Extend(_ context.Context, d *driver.Delivery, _ time.Duration) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.extends[d.Message.ID]++
+	return nil
+}
+
+func (s *chanSub) Window(context.Context) (window.Window, error) {
+	return window.Window{Backend: "chan", Duration: time.Minute, Kind: window.KindConfigured}, nil
+}
+func (s *chanSub) Redelivery(context.Context) (window.RedeliveryPolicy, error) {
+	return s.redelivery, nil
+}
+func (s *chanSub) IsRetryable(err error) bool { return errors.Is(err, errUnavailable) }
+func (s *chanSub) Close() error               { return nil }
+
+// runConsumer starts Run and returns a stop func that cancels it and
+// returns Run's error.
+func runConsumer(t *testing.T, c *Consumer, h Handler) (stop func() error) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- c.Run(ctx, h) }()
+	return func() error { cancel(); return <-done }
+}
+
+func TestConsumerSettlesByHandlerResult(t *testing.T) {
+	sub := newChanSub()
+	c, err := NewConsumer(context.Background(), sub, ConsumerOptions{Concurrency: 4})
+	if err != nil {
+		t.Fatal(err)
+	}
+	results := map[string]error{
+		"ok":    nil,
+		"fail":  errors.New("transient"),
+		"later": RetryAfter(errors.New("busy"), 3*time.Second),
+		"perm":  Permanent(errors.New("bad payload")),
+		"panic": nil,
+	}
+	want := map[string]string{"ok": "ack", "fail": "nack 7s", "later": "nack 3s", "perm": "term", "panic": "nack 7s"}
+	stop := runConsumer(t, c, func(ctx context.Context, d *Delivery) error {
+		if d.Message.ID == "panic" {
+			panic("boom")
+		}
+		return results[d.Message.ID]
+	})
+	for id := range results {
+		sub.push(id, 0)
+	}
+	waitFor(t, func() bool {
+		for id, w := range want {
+			if sub.get(id) != w {
+				return false
+			}
+		}
+		return true
+	})
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestConsumerRetriesFailedAck(t *testing.T) {
+	sub := newChanSub()
+	sub.ackErrs = 2
+	c, _ := NewConsumer(context.Background(), sub, ConsumerOptions{})
+	stop := runConsumer(t, c, func(context.Context, *Delivery) error { return nil })
+	sub.push("a", 0)
+	waitFor(t, func() bool { return sub.get("a") == "ack" })
+	_ = stop()
+}
+
+func TestGracefulShutdownFinishesInFlight(t *testing.T) {
+	sub := newChanSub()
+	c, _ := NewConsumer(context.Background(), sub, ConsumerOptions{})
+	started, release := make(chan struct{}), make(chan struct{})
+	var handlerErr error
+	stop := runConsumer(t, c, func(ctx context.Context, d *Delivery) error {
+		close(started)
+		<-release
+		handlerErr = ctx.Err()
+		return nil
+	})
+	sub.push("a", 0)
+	<-started
+	stopped := make(chan error)
+	go func() { stopped <- stop() }()
+	select {
+	case <-stopped:
+		t.Fatal("Run returned while a handler was in flight")
+	case <-time.After(50 * time.Millisecond): // a bounded negative check
+	}
+	close(release)
+	if err := <-stopped; err != nil {
+		t.Fatal(err)
+	}
+	if handlerErr != nil || sub.get("a") != "ack" {
+		t.Fatalf("handler ctx err = %v, settled = %q; want a live context and an ack", handlerErr, sub.get("a"))
+	}
+}
+
+func TestShutdownTimeoutCancelsHandler(t *testing.T) {
+	fake := clock.NewFake(time.Unix(0, 0))
+	sub := newChanSub()
+	c, _ := NewConsumer(context.Background(), sub, ConsumerOptions{ShutdownTimeout: time.Minute, Clock: fake})
+	started := make(chan struct{})
+	stop := runConsumer(t, c, func(ctx context.Context, d *Delivery) error {
+		close(started)
+		<-ctx.Done()
+		return context.Cause(ctx)
+	})
+	sub.push("a", 0)
+	<-started
+	stopped := make(chan error)
+	go func() { stopped <- stop() }()
+	waitFor(t, func() bool { return fake.Waiters() == 1 })
+	fake.Advance(time.Minute)
+	if err := <-stopped; err != nil {
+		t.Fatal(err)
+	}
+	if got := sub.get("a"); got != "nack 7s" {
+		t.Fatalf("settled = %q, want the cancelled handler's delivery nacked", got)
+	}
+}
+
+func TestLeaseIsExtendedWhileHandlerRuns(t *testing.T) {
+	fake := clock.NewFake(time.Unix(0, 0))
+	sub := newChanSub()
+	c, _ := NewConsumer(context.Background(), sub, ConsumerOptions{Clock: fake})
+	release := make(chan struct{})
+	stop := runConsumer(t, c, func(ctx context.Context, d *Delivery) error { <-release; return nil })
+	sub.push("a", 30*time.Second)
+	for i := 1; i <= 3; i++ {
+		waitFor(t, func() bool { return fake.Waiters() == 1 })
+		fake.Advance(15 * time.Second)
+		waitFor(t, func() bool { sub.mu.Lock(); defer sub.mu.Unlock(); return sub.extends["a"] == i })
+	}
+	close(release)
+	waitFor(t, func() bool { return sub.get("a") == "ack" })
+	_ = stop()
+}
+
+func TestFatalReceiveErrorEndsRun(t *testing.T) {
+	sub := newChanSub()
+	sub.recvErr = errors.New("subscription deleted")
+	c, _ := NewConsumer(context.Background(), sub, ConsumerOptions{})
+	err := c.Run(context.Background(), func(context.Context, *Delivery) error { return nil })
+	if err == nil || !errors.Is(err, sub.recvErr) {
+		t.Fatalf("Run = %v, want the receive error", err)
+	}
+}
+
+type ttlOnly time.Duration
+
+func (d ttlOnly) Wrap(h Handler) Handler { return h }
+func (d ttlOnly) TTL() time.Duration     { return time.Duration(d) }
+
+func TestNewConsumerChecksDedupTTL(t *testing.T) {
+	tests := []struct {
+		name         string
+		ttl          time.Duration
+		producerSpan time.Duration
+		ok           bool
+	}{
+		{"ttl covers 5×(30s)+4×7s", 4 * time.Minute, 0, true},
+		{"ttl too short", time.Minute, 0, false},
+		{"producer span beyond the 1m window", 4 * time.Minute, 3 * time.Minute, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := NewConsumer(context.Background(), newChanSub(), ConsumerOptions{Dedup: ttlOnly(tt.ttl), ProducerSpan: tt.producerSpan})
+			if tt.ok != (err == nil) || (err != nil && !errors.Is(err, window.ErrUnsafeRetry)) {
+				t.Fatalf("NewConsumer = %v, want ok=%v", err, tt.ok)
+			}
+		})
+	}
+}
