@@ -1,0 +1,286 @@
+package sqs_test
+
+// The test harness: TestMain starts fauxqs, an SQS emulator from npm
+// (installed from localstack/fauxqs/package-lock.json with `npm ci`), on a free
+// port, polls it until it answers, and stops it after the tests.
+//
+// Tests that need it call needFauxqs. When node or the installed package is
+// missing they skip with the reason, unless the environment variable CI is
+// set: then the whole run fails, so that CI cannot pass on skipped tests.
+// FAUXQS_ENDPOINT=http://host:port uses an emulator that is already
+// running instead of starting one.
+//
+// Where fauxqs differs from AWS (and how the tests cope):
+//   - ReceiveMessage returns at most one message per message group per call
+//     (AWS may return several of a group): tests that need several
+//     messages at once put them in different groups, and every test
+//     receives in a loop until it has what it expects or a deadline passes.
+//   - CreateQueue accepts a .fifo name without FifoQueue=true and makes it
+//     FIFO (AWS refuses): the tests always pass FifoQueue=true, as on AWS.
+//   - A long poll whose HTTP request the client abandoned (its context was
+//     cancelled) stays registered until its WaitTimeSeconds ends and takes
+//     the next message that arrives, which then reappears only after the
+//     visibility timeout, with its receive count raised (AWS documents no
+//     such thing): tests that cancel a receive and then publish again use
+//     short long polls (Options.WaitTime) or a fresh queue.
+//   - DeleteMessageBatch reports success for an unknown receipt handle
+//     (AWS fails the entry with ReceiptHandleIsInvalid): no test relies
+//     on either answer.
+//   - It checks no signatures, so any static credentials work.
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/credentials"
+	awssqs "github.com/aws/aws-sdk-go-v2/service/sqs"
+	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
+)
+
+const testRegion = "us-east-1"
+
+var (
+	// fauxqsEndpoint is the emulator's base URL; empty when it is not
+	// running, and then fauxqsMissing says why.
+	fauxqsEndpoint string
+	fauxqsMissing  string
+)
+
+// toolDir is where localstack/fauxqs sits relative to this package.
+var toolDir = filepath.Join("..", "..", "localstack", "fauxqs")
+
+func TestMain(m *testing.M) {
+	// The SDK must never reach for real credentials or the EC2 metadata
+	// service from a test: only loopback traffic is allowed here.
+	for k, v := range map[string]string{
+		"AWS_ACCESS_KEY_ID": "test", "AWS_SECRET_ACCESS_KEY": "test", "AWS_SESSION_TOKEN": "",
+		"AWS_EC2_METADATA_DISABLED": "true", "AWS_PROFILE": "",
+		"AWS_CONFIG_FILE": os.DevNull, "AWS_SHARED_CREDENTIALS_FILE": os.DevNull,
+	} {
+		os.Setenv(k, v)
+	}
+	stop, err := startFauxqs()
+	if err != nil {
+		fauxqsMissing = err.Error()
+		if os.Getenv("CI") != "" {
+			fmt.Fprintf(os.Stderr, "adapters/sqs: CI is set but fauxqs cannot run: %v\n", err)
+			os.Exit(1)
+		}
+		fmt.Fprintf(os.Stderr, "adapters/sqs: fauxqs tests will be skipped: %v\n", err)
+	}
+	code := m.Run()
+	if stop != nil {
+		if err := stop(); err != nil {
+			fmt.Fprintf(os.Stderr, "adapters/sqs: stopping fauxqs: %v\n", err)
+		}
+	}
+	os.Exit(code)
+}
+
+// startFauxqs starts the emulator, or returns why it cannot.
+func startFauxqs() (stop func() error, err error) {
+	if ep := os.Getenv("FAUXQS_ENDPOINT"); ep != "" {
+		if err := waitReady(ep, 10*time.Second); err != nil {
+			return nil, fmt.Errorf("FAUXQS_ENDPOINT=%s: %w", ep, err)
+		}
+		fauxqsEndpoint = ep
+		return nil, nil
+	}
+	node, err := exec.LookPath("node")
+	if err != nil {
+		return nil, errors.New("node is not installed")
+	}
+	if _, err := os.Stat(filepath.Join(toolDir, "node_modules", "fauxqs", "package.json")); err != nil {
+		return nil, errors.New("fauxqs is not installed: run `npm ci --prefix localstack/fauxqs` in the repository root")
+	}
+	cmd := exec.Command(node, "start.mjs")
+	cmd.Dir = toolDir
+	cmd.Env = append(os.Environ(), "FAUXQS_PORT=0")
+	// start.mjs exits when its stdin closes, so an emulator cannot outlive
+	// a test binary that is killed.
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		return nil, err
+	}
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		return nil, err
+	}
+	var stderr bytes.Buffer
+	cmd.Stderr = &syncWriter{w: &stderr}
+	if err := cmd.Start(); err != nil {
+		return nil, fmt.Errorf("starting fauxqs: %w", err)
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+	stop = func() error {
+		stdin.Close()
+		select {
+		case <-exited:
+			return nil
+		case <-time.After(5 * time.Second):
+		}
+		_ = cmd.Process.Kill()
+		<-exited
+		return errors.New("fauxqs did not stop within 5s; killed")
+	}
+
+	ports := make(chan string, 1)
+	go func() {
+		sc := bufio.NewScanner(stdout)
+		re := regexp.MustCompile(`listening on port (\d+)`)
+		for sc.Scan() {
+			if m := re.FindStringSubmatch(sc.Text()); m != nil {
+				ports <- m[1]
+				break
+			}
+		}
+		_, _ = io.Copy(io.Discard, stdout)
+	}()
+	select {
+	case port := <-ports:
+		fauxqsEndpoint = "http://127.0.0.1:" + port
+	case err := <-exited:
+		exited <- err
+		stop()
+		return nil, fmt.Errorf("fauxqs exited at start (%v): %s", err, stderr.String())
+	case <-time.After(30 * time.Second):
+		stop()
+		return nil, fmt.Errorf("fauxqs printed no port within 30s: %s", stderr.String())
+	}
+	if err := waitReady(fauxqsEndpoint, 15*time.Second); err != nil {
+		stop()
+		return nil, fmt.Errorf("fauxqs at %s: %w: %s", fauxqsEndpoint, err, stderr.String())
+	}
+	return stop, nil
+}
+
+// waitReady polls the emulator with ListQueues until it answers.
+func waitReady(endpoint string, within time.Duration) error {
+	c := newClient(endpoint)
+	deadline := time.Now().Add(within)
+	tick := time.NewTicker(50 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		_, err := c.ListQueues(ctx, &awssqs.ListQueuesInput{})
+		cancel()
+		if err == nil {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("not ready after %s: %w", within, err)
+		}
+		<-tick.C
+	}
+}
+
+type syncWriter struct {
+	mu sync.Mutex
+	w  io.Writer
+}
+
+func (s *syncWriter) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.w.Write(p)
+}
+
+// newClient is an SQS client for the emulator with static credentials.
+func newClient(endpoint string) *awssqs.Client {
+	return awssqs.New(awssqs.Options{
+		Region:       testRegion,
+		BaseEndpoint: aws.String(endpoint),
+		Credentials:  credentials.NewStaticCredentialsProvider("test", "test", ""),
+	})
+}
+
+// needFauxqs skips the test when the emulator is not running (TestMain has
+// already failed the run under CI), else returns a client for it.
+func needFauxqs(t testing.TB) *awssqs.Client {
+	t.Helper()
+	if fauxqsEndpoint == "" {
+		t.Skipf("fauxqs is not available (%s); install it with `npm ci --prefix localstack/fauxqs` in the repository root", fauxqsMissing)
+	}
+	return newClient(fauxqsEndpoint)
+}
+
+var queueSeq atomic.Int64
+
+// newQueue creates a FIFO queue with a name unique to this run and extra
+// attributes, and deletes it when the test ends. It returns the queue URL
+// and name.
+func newQueue(t testing.TB, c *awssqs.Client, attrs map[string]string) (url, name string) {
+	t.Helper()
+	return createQueue(t, c, true, attrs)
+}
+
+func createQueue(t testing.TB, c *awssqs.Client, fifo bool, attrs map[string]string) (url, name string) {
+	t.Helper()
+	base := regexp.MustCompile(`[^A-Za-z0-9_-]+`).ReplaceAllString(t.Name(), "-")
+	if len(base) > 50 {
+		base = base[len(base)-50:]
+	}
+	name = fmt.Sprintf("t%d-%s", queueSeq.Add(1), strings.Trim(base, "-"))
+	a := map[string]string{}
+	if fifo {
+		name += ".fifo"
+		a["FifoQueue"] = "true"
+	}
+	for k, v := range attrs {
+		a[k] = v
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	out, err := c.CreateQueue(ctx, &awssqs.CreateQueueInput{QueueName: aws.String(name), Attributes: a})
+	if err != nil {
+		t.Fatalf("CreateQueue %s: %v", name, err)
+	}
+	url = aws.ToString(out.QueueUrl)
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		_, _ = c.DeleteQueue(ctx, &awssqs.DeleteQueueInput{QueueUrl: aws.String(url)})
+	})
+	return url, name
+}
+
+// queueCounts reads how many messages are visible and in flight.
+func queueCounts(t testing.TB, c *awssqs.Client, url string) (visible, inflight string) {
+	t.Helper()
+	out, err := c.GetQueueAttributes(context.Background(), &awssqs.GetQueueAttributesInput{
+		QueueUrl: aws.String(url),
+		AttributeNames: []types.QueueAttributeName{
+			types.QueueAttributeNameApproximateNumberOfMessages,
+			types.QueueAttributeNameApproximateNumberOfMessagesNotVisible,
+		},
+	})
+	if err != nil {
+		t.Fatalf("GetQueueAttributes: %v", err)
+	}
+	return out.Attributes["ApproximateNumberOfMessages"], out.Attributes["ApproximateNumberOfMessagesNotVisible"]
+}
+
+func setQueueAttr(t testing.TB, c *awssqs.Client, url, k, v string) {
+	t.Helper()
+	_, err := c.SetQueueAttributes(context.Background(), &awssqs.SetQueueAttributesInput{
+		QueueUrl: aws.String(url), Attributes: map[string]string{k: v},
+	})
+	if err != nil {
+		t.Fatalf("SetQueueAttributes %s=%s: %v", k, v, err)
+	}
+}

@@ -1,0 +1,533 @@
+package sqs
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"maps"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+	"unicode/utf8"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	awssqs "github.com/aws/aws-sdk-go-v2/service/sqs"
+	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
+
+	"github.com/dedupq/dedupq/driver"
+	"github.com/dedupq/dedupq/window"
+)
+
+// Subscription is a driver.Subscription that receives from one SQS FIFO
+// queue. It is safe for concurrent use.
+type Subscription struct {
+	api  API
+	opts Options
+	del  *deleter
+
+	mu     sync.Mutex
+	info   QueueInfo
+	closed bool
+	dlqARN string // the dead-letter target dlqURL was resolved for
+	dlqURL string
+}
+
+var _ driver.Subscription = (*Subscription)(nil)
+
+// OpenSubscription opens the FIFO queue queueURL (a URL or a queue name)
+// for consuming. It reads the queue's attributes and fails with an error
+// matching ErrNotFIFO for a standard queue.
+func OpenSubscription(ctx context.Context, api API, queueURL string, opts *Options) (*Subscription, error) {
+	o := opts.orZero()
+	switch {
+	case o.VisibilityTimeout < 0 || o.VisibilityTimeout > maxVisibility:
+		return nil, fmt.Errorf("dedupq/sqs: VisibilityTimeout %s is outside SQS's 0–12h", o.VisibilityTimeout)
+	case o.VisibilityTimeout%time.Second != 0:
+		return nil, fmt.Errorf("dedupq/sqs: VisibilityTimeout %s is not a whole number of seconds, which is all SQS takes", o.VisibilityTimeout)
+	case o.WaitTime < 0 || o.WaitTime > maxWait:
+		return nil, fmt.Errorf("dedupq/sqs: WaitTime %s is outside SQS's 0–20s", o.WaitTime)
+	}
+	for _, d := range o.NackBackoff {
+		if d < 0 || d > maxVisibility {
+			return nil, fmt.Errorf("dedupq/sqs: NackBackoff %s is outside SQS's 0–12h", d)
+		}
+	}
+	if o.WaitTime == 0 {
+		o.WaitTime = maxWait
+	}
+	if o.DeleteLinger == 0 {
+		o.DeleteLinger = 5 * time.Millisecond
+	}
+	url, err := ResolveQueueURL(ctx, api, queueURL)
+	if err != nil {
+		return nil, err
+	}
+	info, err := readQueue(ctx, api, url)
+	if err != nil {
+		return nil, err
+	}
+	s := &Subscription{api: api, opts: o, info: info}
+	s.del = newDeleter(api, url, max(o.DeleteLinger, 0))
+	return s, nil
+}
+
+// QueueInfo is the queue's attributes as last read.
+func (s *Subscription) QueueInfo() QueueInfo {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.info
+}
+
+func (s *Subscription) refresh(ctx context.Context) (QueueInfo, error) {
+	info, err := readQueue(ctx, s.api, s.QueueInfo().URL)
+	if err != nil {
+		return QueueInfo{}, err
+	}
+	s.mu.Lock()
+	s.info = info
+	s.mu.Unlock()
+	return info, nil
+}
+
+// Window reads the queue's attributes again and reports the 5-minute
+// window with the queue's dedup scope.
+func (s *Subscription) Window(ctx context.Context) (window.Window, error) {
+	info, err := s.refresh(ctx)
+	if err != nil {
+		return window.Window{}, err
+	}
+	return info.Window(), nil
+}
+
+// Redelivery reads the queue's attributes again and reports its real
+// redelivery policy: the visibility timeout (or Options.VisibilityTimeout)
+// as AckWait, RedrivePolicy.maxReceiveCount as MaxDeliveries (unlimited
+// without a redrive policy) and Options.NackBackoff.
+func (s *Subscription) Redelivery(ctx context.Context) (window.RedeliveryPolicy, error) {
+	info, err := s.refresh(ctx)
+	if err != nil {
+		return window.RedeliveryPolicy{}, err
+	}
+	return window.RedeliveryPolicy{
+		MaxDeliveries: info.MaxReceiveCount,
+		AckWait:       s.lease(info),
+		Backoff:       append([]time.Duration(nil), s.opts.NackBackoff...),
+	}, nil
+}
+
+func (s *Subscription) lease(info QueueInfo) time.Duration {
+	if s.opts.VisibilityTimeout > 0 {
+		return s.opts.VisibilityTimeout
+	}
+	return info.VisibilityTimeout
+}
+
+var systemAttributes = []types.MessageSystemAttributeName{
+	types.MessageSystemAttributeNameApproximateReceiveCount,
+	types.MessageSystemAttributeNameMessageDeduplicationId,
+	types.MessageSystemAttributeNameMessageGroupId,
+}
+
+// Receive long-polls until at least one message arrives or ctx is done.
+// Each wait is at most Options.WaitTime and ends before ctx's deadline, so
+// that no receive is cut short after SQS has handed it messages (those
+// would stay hidden for a visibility timeout).
+func (s *Subscription) Receive(ctx context.Context, maxMessages int) ([]*driver.Delivery, error) {
+	maxMessages = min(max(maxMessages, 1), maxBatch)
+	for {
+		if err := ctx.Err(); err != nil {
+			return nil, err
+		}
+		s.mu.Lock()
+		closed, info := s.closed, s.info
+		s.mu.Unlock()
+		if closed {
+			return nil, ErrClosed
+		}
+		wait := s.opts.WaitTime
+		if dl, ok := ctx.Deadline(); ok {
+			wait = min(wait, time.Until(dl))
+		}
+		if wait < time.Second {
+			// Too short for a long poll: make a short one, then pause
+			// briefly so that the loop does not spin until the deadline.
+			wait = 0
+		}
+		in := &awssqs.ReceiveMessageInput{
+			QueueUrl:                    aws.String(info.URL),
+			MaxNumberOfMessages:         int32(maxMessages),
+			WaitTimeSeconds:             int32(wait / time.Second),
+			MessageSystemAttributeNames: systemAttributes,
+			MessageAttributeNames:       []string{"All"},
+			// The SDK resends this same input when it retries, so a
+			// response lost on the way returns the same messages.
+			ReceiveRequestAttemptId: aws.String(attemptID()),
+		}
+		if s.opts.VisibilityTimeout > 0 {
+			in.VisibilityTimeout = int32(s.opts.VisibilityTimeout / time.Second)
+		}
+		out, err := s.api.ReceiveMessage(ctx, in)
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil, ctx.Err()
+			}
+			return nil, err
+		}
+		if len(out.Messages) > 0 {
+			ds := make([]*driver.Delivery, len(out.Messages))
+			for i, m := range out.Messages {
+				ds[i] = s.delivery(m, s.lease(info))
+			}
+			return ds, nil
+		}
+		if wait == 0 {
+			t := time.NewTimer(100 * time.Millisecond)
+			select {
+			case <-ctx.Done():
+				t.Stop()
+				return nil, ctx.Err()
+			case <-t.C:
+			}
+		}
+	}
+}
+
+func attemptID() string {
+	var b [16]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}
+
+// delivery turns a received SQS message back into what was published.
+func (s *Subscription) delivery(m types.Message, lease time.Duration) *driver.Delivery {
+	msg := driver.Message{
+		ID:       m.Attributes[string(types.MessageSystemAttributeNameMessageDeduplicationId)],
+		GroupKey: m.Attributes[string(types.MessageSystemAttributeNameMessageGroupId)],
+	}
+	if msg.GroupKey == s.opts.DefaultGroup {
+		msg.GroupKey = ""
+	}
+	var enc string
+	for k, a := range m.MessageAttributes {
+		switch {
+		case k == AttrID:
+			msg.ID = decodeAttr(a)
+		case k == AttrBody:
+			enc = decodeAttr(a)
+		case strings.HasPrefix(k, ReservedAttrPrefix):
+		default:
+			if msg.Attributes == nil {
+				msg.Attributes = make(map[string]string, len(m.MessageAttributes))
+			}
+			msg.Attributes[k] = decodeAttr(a)
+		}
+	}
+	msg.Body = decodeBody(aws.ToString(m.Body), enc)
+	attempt, err := strconv.Atoi(m.Attributes[string(types.MessageSystemAttributeNameApproximateReceiveCount)])
+	if err != nil || attempt < 1 {
+		attempt = 1
+	}
+	return &driver.Delivery{
+		Message: msg, Attempt: attempt, BackendID: aws.ToString(m.MessageId),
+		Lease: lease, Handle: &received{receipt: aws.ToString(m.ReceiptHandle), msg: m},
+	}
+}
+
+// received is a Delivery's Handle: the receipt handle that settles it, and
+// the message as SQS delivered it, which Terminate forwards to the
+// dead-letter queue unchanged.
+type received struct {
+	receipt string
+	msg     types.Message
+}
+
+func handleOf(d *driver.Delivery) (*received, error) {
+	r, ok := d.Handle.(*received)
+	if !ok || r.receipt == "" {
+		return nil, errors.New("dedupq/sqs: delivery has no SQS receipt handle")
+	}
+	return r, nil
+}
+
+func handle(d *driver.Delivery) (string, error) {
+	r, err := handleOf(d)
+	if err != nil {
+		return "", err
+	}
+	return r.receipt, nil
+}
+
+// Ack deletes the message. Acks made within Options.DeleteLinger of each
+// other share one DeleteMessageBatch; each Ack returns its own entry's
+// result.
+func (s *Subscription) Ack(ctx context.Context, d *driver.Delivery) error {
+	h, err := handle(d)
+	if err != nil {
+		return err
+	}
+	return s.del.delete(ctx, h)
+}
+
+// Nack makes the message visible again after delay, rounded up to whole
+// seconds and capped at 12 hours.
+func (s *Subscription) Nack(ctx context.Context, d *driver.Delivery, delay time.Duration) error {
+	return s.setVisibility(ctx, d, delay)
+}
+
+// Extend sets the message's visibility timeout to by from now, rounded up
+// to whole seconds and capped at 12 hours (SQS also caps the total at 12
+// hours from the first receive).
+func (s *Subscription) Extend(ctx context.Context, d *driver.Delivery, by time.Duration) error {
+	return s.setVisibility(ctx, d, max(by, time.Second))
+}
+
+// Terminate stops redelivery of the message. SQS has no call that
+// dead-letters a message at once, and leaving it to the redrive policy
+// would hand it to the handler again up to maxReceiveCount times; so on a
+// queue with a RedrivePolicy the adapter moves the message itself: it
+// sends it to the dead-letter queue unchanged (same body, attributes,
+// group and MessageDeduplicationId, so that a repeated move within 5
+// minutes is dropped as a duplicate) plus a ReasonAttr attribute where
+// there is room, then deletes it. On a queue without one, or with
+// Options.TerminateDeletes, it deletes the message. If the dead-letter
+// queue cannot be reached the error is returned and the message stays,
+// for SQS's own redrive to move after maxReceiveCount receives.
+func (s *Subscription) Terminate(ctx context.Context, d *driver.Delivery, reason error) error {
+	r, err := handleOf(d)
+	if err != nil {
+		return err
+	}
+	info := s.QueueInfo()
+	if info.DeadLetterTargetARN == "" || s.opts.TerminateDeletes {
+		return s.del.delete(ctx, r.receipt)
+	}
+	dlq, err := s.deadLetterURL(ctx, info.DeadLetterTargetARN)
+	if err != nil {
+		return err
+	}
+	attrs := maps.Clone(r.msg.MessageAttributes)
+	if attrs == nil {
+		attrs = map[string]types.MessageAttributeValue{}
+	}
+	if reason != nil && len(attrs) < MaxAttributes {
+		attrs[ReasonAttr] = encodeAttr(truncate(reason.Error(), 256))
+	}
+	in := &awssqs.SendMessageInput{
+		QueueUrl:          aws.String(dlq),
+		MessageBody:       r.msg.Body,
+		MessageAttributes: attrs,
+	}
+	if g := r.msg.Attributes[string(types.MessageSystemAttributeNameMessageGroupId)]; g != "" {
+		in.MessageGroupId = aws.String(g)
+	}
+	if id := r.msg.Attributes[string(types.MessageSystemAttributeNameMessageDeduplicationId)]; id != "" {
+		in.MessageDeduplicationId = aws.String(id)
+	}
+	if _, err := s.api.SendMessage(ctx, in); err != nil {
+		return fmt.Errorf("dedupq/sqs: moving message %s to the dead-letter queue %s: %w", aws.ToString(r.msg.MessageId), dlq, err)
+	}
+	return s.del.delete(ctx, r.receipt)
+}
+
+// deadLetterURL resolves the redrive policy's target ARN
+// (arn:PARTITION:sqs:REGION:ACCOUNT:NAME) to a queue URL, once.
+func (s *Subscription) deadLetterURL(ctx context.Context, arn string) (string, error) {
+	s.mu.Lock()
+	if s.dlqARN == arn && s.dlqURL != "" {
+		defer s.mu.Unlock()
+		return s.dlqURL, nil
+	}
+	s.mu.Unlock()
+	parts := strings.Split(arn, ":")
+	if len(parts) != 6 || parts[2] != "sqs" || parts[5] == "" {
+		return "", fmt.Errorf("dedupq/sqs: dead-letter target %q is not an SQS queue ARN", arn)
+	}
+	in := &awssqs.GetQueueUrlInput{QueueName: aws.String(parts[5])}
+	if parts[4] != "" {
+		in.QueueOwnerAWSAccountId = aws.String(parts[4])
+	}
+	out, err := s.api.GetQueueUrl(ctx, in)
+	if err != nil {
+		return "", fmt.Errorf("dedupq/sqs: looking up the dead-letter queue %s: %w", arn, err)
+	}
+	url := aws.ToString(out.QueueUrl)
+	s.mu.Lock()
+	s.dlqARN, s.dlqURL = arn, url
+	s.mu.Unlock()
+	return url, nil
+}
+
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
+	}
+	return s[:n]
+}
+
+func (s *Subscription) setVisibility(ctx context.Context, d *driver.Delivery, after time.Duration) error {
+	h, err := handle(d)
+	if err != nil {
+		return err
+	}
+	_, err = s.api.ChangeMessageVisibility(ctx, &awssqs.ChangeMessageVisibilityInput{
+		QueueUrl: aws.String(s.QueueInfo().URL), ReceiptHandle: aws.String(h),
+		VisibilityTimeout: visibilitySeconds(after),
+	})
+	return err
+}
+
+// visibilitySeconds rounds d up to whole seconds within SQS's 0–12h, so
+// that a message is never made visible earlier than asked.
+func visibilitySeconds(d time.Duration) int32 {
+	d = min(max(d, 0), maxVisibility)
+	return int32((d + time.Second - 1) / time.Second)
+}
+
+// IsRetryable reports whether an error from Receive or a settle call is
+// transient; see Topic.IsRetryable.
+func (s *Subscription) IsRetryable(err error) bool { return isRetryable(err) }
+
+// Close sends the acks still waiting for a batch, then marks the
+// subscription closed. Unsettled deliveries become visible again after
+// their visibility timeout.
+func (s *Subscription) Close() error {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return nil
+	}
+	s.closed = true
+	s.mu.Unlock()
+	s.del.close()
+	return nil
+}
+
+// deleter coalesces concurrent acks into DeleteMessageBatch requests of up
+// to 10 entries: the first pending ack waits up to linger for others, and a
+// full batch goes at once.
+type deleter struct {
+	api    API
+	url    string
+	linger time.Duration
+
+	mu      sync.Mutex
+	pending []*deleteReq
+	timer   *time.Timer
+	wg      sync.WaitGroup
+}
+
+type deleteReq struct {
+	ctx    context.Context
+	handle string
+	done   chan error // buffered: the sender never blocks
+}
+
+func newDeleter(api API, url string, linger time.Duration) *deleter {
+	return &deleter{api: api, url: url, linger: linger}
+}
+
+// delete queues one receipt handle and waits for its entry's result, or
+// for ctx. An error means SQS may not have deleted the message.
+func (dl *deleter) delete(ctx context.Context, h string) error {
+	r := &deleteReq{ctx: ctx, handle: h, done: make(chan error, 1)}
+	dl.mu.Lock()
+	dl.pending = append(dl.pending, r)
+	switch {
+	case len(dl.pending) >= maxBatch || dl.linger <= 0:
+		dl.flushLocked()
+	case len(dl.pending) == 1:
+		dl.timer = time.AfterFunc(dl.linger, dl.flush)
+	}
+	dl.mu.Unlock()
+	select {
+	case err := <-r.done:
+		return err
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+func (dl *deleter) flush() {
+	dl.mu.Lock()
+	defer dl.mu.Unlock()
+	dl.flushLocked()
+}
+
+// flushLocked starts sending everything pending; dl.mu is held.
+func (dl *deleter) flushLocked() {
+	if dl.timer != nil {
+		dl.timer.Stop()
+		dl.timer = nil
+	}
+	for len(dl.pending) > 0 {
+		n := min(len(dl.pending), maxBatch)
+		batch := dl.pending[:n:n]
+		dl.pending = dl.pending[n:]
+		dl.wg.Add(1)
+		go func() {
+			defer dl.wg.Done()
+			dl.send(batch)
+		}()
+	}
+	dl.pending = nil
+}
+
+// send deletes one batch. Its context lives as long as the longest-lived
+// waiting ack's, so that one ack giving up does not fail the others.
+func (dl *deleter) send(batch []*deleteReq) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	live := len(batch)
+	var mu sync.Mutex
+	for _, r := range batch {
+		stop := context.AfterFunc(r.ctx, func() {
+			mu.Lock()
+			defer mu.Unlock()
+			if live--; live == 0 {
+				cancel()
+			}
+		})
+		defer stop()
+	}
+	entries := make([]types.DeleteMessageBatchRequestEntry, len(batch))
+	for i, r := range batch {
+		entries[i] = types.DeleteMessageBatchRequestEntry{Id: aws.String(strconv.Itoa(i)), ReceiptHandle: aws.String(r.handle)}
+	}
+	out, err := dl.api.DeleteMessageBatch(ctx, &awssqs.DeleteMessageBatchInput{QueueUrl: aws.String(dl.url), Entries: entries})
+	if err != nil {
+		for _, r := range batch {
+			r.done <- err
+		}
+		return
+	}
+	results := make([]error, len(batch))
+	answered := make([]bool, len(batch))
+	for _, s := range out.Successful {
+		if i, err := strconv.Atoi(aws.ToString(s.Id)); err == nil && i >= 0 && i < len(batch) {
+			answered[i] = true
+		}
+	}
+	for _, f := range out.Failed {
+		if i, err := strconv.Atoi(aws.ToString(f.Id)); err == nil && i >= 0 && i < len(batch) {
+			results[i], answered[i] = &EntryError{Code: aws.ToString(f.Code), Message: aws.ToString(f.Message), SenderFault: f.SenderFault}, true
+		}
+	}
+	for i, r := range batch {
+		if !answered[i] {
+			results[i] = errors.New("sqs: DeleteMessageBatch returned no result for this entry")
+		}
+		r.done <- results[i]
+	}
+}
+
+// close sends what is pending and waits for every batch in flight.
+func (dl *deleter) close() {
+	dl.flush()
+	dl.wg.Wait()
+}

@@ -1,0 +1,214 @@
+package sqs
+
+import (
+	"context"
+	"fmt"
+	"net/url"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/config"
+	awssqs "github.com/aws/aws-sdk-go-v2/service/sqs"
+
+	"github.com/dedupq/dedupq"
+	"github.com/dedupq/dedupq/driver"
+)
+
+// Scheme is the URL scheme the package registers.
+const Scheme = "sqs"
+
+func init() { dedupq.Register(Scheme, &URLOpener{}) }
+
+// URLOpener opens sqs:// URLs. The package registers one with the default
+// mux. Two forms name the queue:
+//
+//	sqs://orders.fifo?region=eu-west-1                       queue name, looked up with GetQueueUrl
+//	sqs://sqs.eu-west-1.amazonaws.com/123456789012/orders.fifo   queue URL (https, or http with an http endpoint)
+//
+// Parameters (all optional):
+//
+//	region              AWS region; else the standard AWS chain's (AWS_REGION, profile), else the
+//	                    region in an sqs.REGION.amazonaws.com host
+//	endpoint            base endpoint, for emulators: http://127.0.0.1:4566
+//	group               Options.DefaultGroup
+//	hash_long_ids       Options.HashLongIDs (true/false)
+//	visibility_timeout  Options.VisibilityTimeout, a Go duration in whole seconds ("45s")
+//	wait_time           Options.WaitTime ("20s")
+//	nack_backoff        Options.NackBackoff, comma-separated durations ("1s,10s,1m")
+//	terminate           "dlq" (default: move to the redrive policy's dead-letter queue) or
+//	                    "delete" (Options.TerminateDeletes)
+//	delete_linger       Options.DeleteLinger ("5ms")
+//
+// Credentials come from the standard AWS chain only (environment, shared
+// files, SSO, instance roles); a URL never carries them. A missing or
+// malformed parameter is reported as a *dedupq.ParamError.
+type URLOpener struct {
+	// LoadOptions are passed to config.LoadDefaultConfig after the
+	// opener's own (region), so they can override anything.
+	LoadOptions []func(*config.LoadOptions) error
+}
+
+// OpenTopic opens a Topic for the queue the URL names.
+func (o *URLOpener) OpenTopic(ctx context.Context, u *url.URL) (driver.Topic, error) {
+	api, queue, opts, err := o.open(ctx, u)
+	if err != nil {
+		return nil, err
+	}
+	return OpenTopic(ctx, api, queue, opts)
+}
+
+// OpenSubscription opens a Subscription for the queue the URL names.
+func (o *URLOpener) OpenSubscription(ctx context.Context, u *url.URL) (driver.Subscription, error) {
+	api, queue, opts, err := o.open(ctx, u)
+	if err != nil {
+		return nil, err
+	}
+	return OpenSubscription(ctx, api, queue, opts)
+}
+
+var (
+	queueNameRE = regexp.MustCompile(`^[A-Za-z0-9_-]{1,75}(\.fifo)?$`)
+	awsHostRE   = regexp.MustCompile(`^sqs\.([a-z0-9-]+)\.amazonaws\.com(\.cn)?$`)
+	regionRE    = regexp.MustCompile(`^[a-z0-9-]+$`)
+	knownParams = []string{"region", "endpoint", "group", "hash_long_ids", "visibility_timeout", "wait_time", "nack_backoff", "terminate", "delete_linger"}
+)
+
+// ParseURL reads an sqs:// URL into the queue (a name or a queue URL), the
+// region and endpoint it names (either may be empty) and the Options. It
+// does not contact AWS.
+func ParseURL(u *url.URL) (queue, region, endpoint string, opts *Options, err error) {
+	raw := u.Redacted()
+	bad := func(param, format string, args ...any) error {
+		return &dedupq.ParamError{URL: raw, Param: param, Reason: fmt.Sprintf(format, args...)}
+	}
+	if u.Scheme != Scheme {
+		return "", "", "", nil, bad("scheme", "want %q, got %q", Scheme, u.Scheme)
+	}
+	if u.User != nil {
+		return "", "", "", nil, bad("credentials", "an sqs URL never carries credentials: they come from the standard AWS chain (AWS_ACCESS_KEY_ID, profiles, roles)")
+	}
+	q := u.Query()
+	for k := range q {
+		if !slices.Contains(knownParams, k) {
+			return "", "", "", nil, bad(k, "unknown parameter (known: %s)", strings.Join(knownParams, ", "))
+		}
+		if len(q[k]) > 1 {
+			return "", "", "", nil, bad(k, "given %d times", len(q[k]))
+		}
+	}
+	region, endpoint = q.Get("region"), q.Get("endpoint")
+	if q.Has("region") && !regionRE.MatchString(region) {
+		return "", "", "", nil, bad("region", "%q is not a region name such as eu-west-1", region)
+	}
+	if q.Has("endpoint") {
+		e, perr := url.Parse(endpoint)
+		if perr != nil || (e.Scheme != "http" && e.Scheme != "https") || e.Host == "" {
+			return "", "", "", nil, bad("endpoint", "%q is not an absolute http(s) URL", endpoint)
+		}
+	}
+	path := strings.Trim(u.Path, "/")
+	switch {
+	case u.Host == "":
+		return "", "", "", nil, bad("queue", "missing: give a queue name (sqs://orders.fifo) or a queue URL (sqs://HOST/ACCOUNT/orders.fifo)")
+	case path == "":
+		if !queueNameRE.MatchString(u.Host) {
+			return "", "", "", nil, bad("queue", "%q is not a queue name (up to 80 characters: letters, digits, '-', '_', optional .fifo)", u.Host)
+		}
+		queue = u.Host
+	default:
+		parts := strings.Split(path, "/")
+		if len(parts) != 2 || parts[0] == "" || !queueNameRE.MatchString(parts[1]) {
+			return "", "", "", nil, bad("queue", "path %q is not ACCOUNT/QUEUE-NAME", u.Path)
+		}
+		scheme := "https"
+		if strings.HasPrefix(endpoint, "http://") {
+			scheme = "http"
+		}
+		queue = scheme + "://" + u.Host + "/" + path
+		if m := awsHostRE.FindStringSubmatch(u.Hostname()); m != nil && region == "" {
+			region = m[1]
+		}
+	}
+	o := &Options{DefaultGroup: q.Get("group")}
+	if q.Has("group") && !ValidID(o.DefaultGroup) {
+		return "", "", "", nil, bad("group", "%q is not a valid MessageGroupId (1–128 ASCII letters, digits and punctuation)", o.DefaultGroup)
+	}
+	if q.Has("hash_long_ids") {
+		b, perr := strconv.ParseBool(q.Get("hash_long_ids"))
+		if perr != nil {
+			return "", "", "", nil, bad("hash_long_ids", "%q is not true or false", q.Get("hash_long_ids"))
+		}
+		o.HashLongIDs = b
+	}
+	durations := []struct {
+		name     string
+		dst      *time.Duration
+		min, max time.Duration
+	}{
+		{"visibility_timeout", &o.VisibilityTimeout, time.Second, maxVisibility},
+		{"wait_time", &o.WaitTime, 0, maxWait},
+		{"delete_linger", &o.DeleteLinger, 0, time.Second},
+	}
+	for _, d := range durations {
+		if !q.Has(d.name) {
+			continue
+		}
+		v, perr := time.ParseDuration(q.Get(d.name))
+		if perr != nil || v < d.min || v > d.max {
+			return "", "", "", nil, bad(d.name, "%q is not a duration between %s and %s", q.Get(d.name), d.min, d.max)
+		}
+		if d.name == "visibility_timeout" && v%time.Second != 0 {
+			return "", "", "", nil, bad(d.name, "%q is not a whole number of seconds", q.Get(d.name))
+		}
+		*d.dst = v
+	}
+	if q.Has("delete_linger") && o.DeleteLinger == 0 {
+		o.DeleteLinger = -1 // "0" in a URL means no lingering, as a negative Options value does
+	}
+	if q.Has("nack_backoff") {
+		for _, s := range strings.Split(q.Get("nack_backoff"), ",") {
+			v, perr := time.ParseDuration(strings.TrimSpace(s))
+			if perr != nil || v < 0 || v > maxVisibility {
+				return "", "", "", nil, bad("nack_backoff", "%q is not a comma-separated list of durations up to 12h", q.Get("nack_backoff"))
+			}
+			o.NackBackoff = append(o.NackBackoff, v)
+		}
+	}
+	switch t := q.Get("terminate"); t {
+	case "", "dlq":
+	case "delete":
+		o.TerminateDeletes = true
+	default:
+		return "", "", "", nil, bad("terminate", "%q is neither dlq nor delete", t)
+	}
+	return queue, region, endpoint, o, nil
+}
+
+func (o *URLOpener) open(ctx context.Context, u *url.URL) (API, string, *Options, error) {
+	queue, region, endpoint, opts, err := ParseURL(u)
+	if err != nil {
+		return nil, "", nil, err
+	}
+	var load []func(*config.LoadOptions) error
+	if region != "" {
+		load = append(load, config.WithRegion(region))
+	}
+	cfg, err := config.LoadDefaultConfig(ctx, append(load, o.LoadOptions...)...)
+	if err != nil {
+		return nil, "", nil, fmt.Errorf("dedupq/sqs: loading the AWS configuration: %w", err)
+	}
+	if cfg.Region == "" {
+		return nil, "", nil, &dedupq.ParamError{URL: u.Redacted(), Param: "region",
+			Reason: "missing: set ?region= or AWS_REGION (or a profile's region)"}
+	}
+	client := awssqs.NewFromConfig(cfg, func(so *awssqs.Options) {
+		if endpoint != "" {
+			so.BaseEndpoint = aws.String(endpoint)
+		}
+	})
+	return client, queue, opts, nil
+}
