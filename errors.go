@@ -32,6 +32,9 @@ type ValidationError struct {
 	Reason string
 	// Backend names the backend whose limit was hit.
 	Backend string
+	// Err is the backend's own error when its final check refused the
+	// message (driver.Limits.Check), nil otherwise.
+	Err error
 }
 
 func (e *ValidationError) Error() string {
@@ -40,6 +43,9 @@ func (e *ValidationError) Error() string {
 
 // Is makes errors.Is(err, ErrInvalidMessage) true.
 func (e *ValidationError) Is(target error) bool { return target == ErrInvalidMessage }
+
+// Unwrap returns the backend's own error, if any.
+func (e *ValidationError) Unwrap() error { return e.Err }
 
 func trimID(id string) string {
 	if len(id) > 64 {

@@ -99,7 +99,7 @@ func (p *Publisher) Recheck(ctx context.Context) error {
 		return fmt.Errorf("dedupq: reading the dedup window: %w", err)
 	}
 	p.mu.Lock()
-	p.win = w
+	p.win, p.limits = w, p.topic.Limits()
 	p.mu.Unlock()
 	return window.CheckPublisher(window.PublisherPlan{
 		Retry: p.retry, HiddenSpan: p.topic.HiddenRetrySpan(), Window: w,
@@ -135,6 +135,9 @@ func (p *Publisher) PublishBatch(ctx context.Context, msgs []*Message) ([]Result
 		return nil, err
 	}
 	defer p.wg.Done()
+	p.mu.Lock()
+	backend, limits := p.win.Backend, p.limits
+	p.mu.Unlock()
 	out := make([]*driver.Message, len(msgs))
 	results := make([]Result, len(msgs))
 	var invalid []error
@@ -146,14 +149,14 @@ func (p *Publisher) PublishBatch(ctx context.Context, msgs []*Message) ([]Result
 		if dm.ID == "" && p.opts.KeyFunc != nil {
 			id, err := p.opts.KeyFunc(m)
 			if err != nil {
-				invalid = append(invalid, &ValidationError{Index: i, Field: "ID", Reason: "KeyFunc: " + err.Error(), Backend: p.win.Backend})
+				invalid = append(invalid, &ValidationError{Index: i, Field: "ID", Reason: "KeyFunc: " + err.Error(), Backend: backend, Err: err})
 				continue
 			}
 			dm.ID = id
 		}
 		out[i] = dm
 		results[i].ID = dm.ID
-		if err := validate(p.win.Backend, p.limits, i, dm); err != nil {
+		if err := validate(backend, limits, i, dm); err != nil {
 			invalid = append(invalid, err)
 		}
 	}

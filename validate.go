@@ -42,6 +42,13 @@ func validate(backend string, lim driver.Limits, index int, m *driver.Message) e
 	if lim.MaxMessageBytes > 0 && m.Size() > lim.MaxMessageBytes {
 		return bad("Body", "message is %d bytes (body plus attributes), %s accepts at most %d", m.Size(), backend, lim.MaxMessageBytes)
 	}
+	if lim.Check != nil {
+		if field, err := lim.Check(m); err != nil {
+			ve := bad(field, "%v", err).(*ValidationError)
+			ve.Err = err
+			return ve
+		}
+	}
 	return nil
 }
 

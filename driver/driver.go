@@ -67,6 +67,12 @@ type Limits struct {
 	// AttributeNameAllowed reports whether an attribute name is accepted;
 	// nil accepts any non-empty name.
 	AttributeNameAllowed func(name string) bool
+	// Check is the backend's own final check, for rules the fields above
+	// cannot state (SQS counts size after its own encoding). A non-nil
+	// error refuses the message before anything in its batch is sent; it
+	// names the refused part in field ("ID", "Body", "Attributes",
+	// "GroupKey").
+	Check func(m *Message) (field string, err error)
 }
 
 // SendResult is the broker's answer for one message.

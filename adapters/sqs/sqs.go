@@ -285,7 +285,21 @@ func (t *Topic) MaxBatch() int { return maxBatch }
 
 // Limits are SQS's rules for IDs, group keys and attribute names, and the
 // queue's MaximumMessageSize as last read.
-func (t *Topic) Limits() driver.Limits { return limits(t.opts, t.QueueInfo()) }
+func (t *Topic) Limits() driver.Limits {
+	info := t.QueueInfo()
+	l := limits(t.opts, info)
+	// The wire size (encoded body, attribute names and types) is only known
+	// once the entry is built: build it, so that an oversize message is
+	// refused before its batch is sent.
+	l.Check = func(m *driver.Message) (string, error) {
+		_, _, err := t.entry(0, m, info.MaxMessageBytes)
+		if errors.Is(err, ErrTooLarge) {
+			return "Body", err
+		}
+		return "Message", err
+	}
+	return l
+}
 
 // Window reads the queue's attributes again and reports the 5-minute
 // window with the queue's dedup scope.

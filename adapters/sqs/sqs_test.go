@@ -380,6 +380,36 @@ func TestEncodedSizeRefusedBySendBatch(t *testing.T) {
 	}
 }
 
+// TestEncodedSizeRefusedBeforeSending: through the Publisher, the same
+// oversize message is a ValidationError and nothing in its batch is sent.
+func TestEncodedSizeRefusedBeforeSending(t *testing.T) {
+	c := needFauxqs(t)
+	url, _ := newQueue(t, c, map[string]string{"MaximumMessageSize": "1024"})
+	pub, err := dedupq.NewPublisher(t.Context(), openTopic(t, c, url, &sqs.Options{DefaultGroup: "g"}), dedupq.PublisherOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := pub.PublishBatch(t.Context(), []*dedupq.Message{
+		{ID: "fits", Body: []byte("x")},
+		{ID: "binary", Body: bytes.Repeat([]byte{0}, 1000)},
+	})
+	var ve *dedupq.ValidationError
+	if !errors.As(err, &ve) || ve.Index != 1 || ve.Field != "Body" || !errors.Is(err, sqs.ErrTooLarge) {
+		t.Fatalf("err = %v, want a ValidationError on message 1's Body wrapping ErrTooLarge", err)
+	}
+	if !errors.Is(res[0].Err, dedupq.ErrNotSent) {
+		t.Errorf("the valid message: %v, want ErrNotSent", res[0].Err)
+	}
+	out, err := c.GetQueueAttributes(t.Context(), &awssqs.GetQueueAttributesInput{QueueUrl: &url,
+		AttributeNames: []types.QueueAttributeName{types.QueueAttributeNameApproximateNumberOfMessages}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := out.Attributes[string(types.QueueAttributeNameApproximateNumberOfMessages)]; n != "0" {
+		t.Errorf("queue holds %s messages, want 0", n)
+	}
+}
+
 func TestNackRedeliversWithAttempt(t *testing.T) {
 	c := needFauxqs(t)
 	url, _ := newQueue(t, c, nil)
