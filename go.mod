@@ -2,6 +2,9 @@ module github.com/dedupq/dedupq
 
 go 1.26.0
 
+// Pinned: github.com/aws/aws-sdk-go-v2/config v1.33.15. Newer releases need an
+// aws-sdk-go-v2 core version the module proxy here refuses (403).
+
 require (
 	github.com/antithesishq/antithesis-sdk-go v0.8.0-default-no-op // indirect
 	github.com/aws/aws-sdk-go-v2 v1.47.7 // indirect
