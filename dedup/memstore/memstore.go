@@ -11,14 +11,13 @@ package memstore
 import (
 	"bytes"
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"fmt"
 	"sync"
 	"time"
 
 	"github.com/dedupq/dedupq/clock"
 	"github.com/dedupq/dedupq/dedup"
+	"github.com/dedupq/dedupq/dedup/internal/claimtoken"
 )
 
 // sweepEvery is how many claims pass between scans for expired records:
@@ -67,7 +66,7 @@ func (s *Store) Claim(ctx context.Context, key, fingerprint string, lease time.D
 	if lease <= 0 {
 		return dedup.Claim{}, fmt.Errorf("memstore: Claim %q: lease %s is not positive", key, lease)
 	}
-	token := newToken(fingerprint)
+	token := claimtoken.New(fingerprint)
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	now := s.clock.Now()
@@ -150,7 +149,7 @@ func (s *Store) Release(ctx context.Context, key, token string) error {
 func (s *Store) owned(key, token string) (*record, error) {
 	r, ok := s.recs[key]
 	if !ok {
-		fp, valid := tokenFingerprint(token)
+		fp, valid := claimtoken.Fingerprint(token)
 		if !valid {
 			return nil, fmt.Errorf("memstore: %q: malformed token: %w", key, dedup.ErrLeaseLost)
 		}
@@ -171,23 +170,4 @@ func (s *Store) sweep(now time.Time) {
 			delete(s.recs, k)
 		}
 	}
-}
-
-// tokenRandLen is the length of a token's random part, in hex digits.
-const tokenRandLen = 32
-
-// newToken makes an unguessable token that also carries the fingerprint,
-// so that a holder whose record was swept can still complete it with the
-// fingerprint it claimed with.
-func newToken(fingerprint string) string {
-	var b [tokenRandLen / 2]byte
-	_, _ = rand.Read(b[:])
-	return hex.EncodeToString(b[:]) + fingerprint
-}
-
-func tokenFingerprint(token string) (string, bool) {
-	if len(token) < tokenRandLen {
-		return "", false
-	}
-	return token[tokenRandLen:], true
 }

@@ -1,0 +1,590 @@
+// Package pgstore is a dedup.Store on PostgreSQL (github.com/jackc/pgx/v5),
+// and the transactional path that makes a handler's effect exactly-once.
+//
+// # Two ways to use it
+//
+// As a dedup.Store behind the Guard, it records keys durably: a completed
+// key survives a crash, a restart and (with synchronous replication) a
+// failover, which Redis cannot promise. It still has the gap of every
+// separate store: the handler's effect commits, then the completion write
+// fails, and a later duplicate repeats the effect.
+//
+// Do (and TxGuard, which wraps it for a Consumer) closes that gap when the
+// effect is itself a write to the same database: the handler gets the
+// transaction that also holds the key's completion record, so the effect and
+// the record commit together or not at all. A crash at any point leaves
+// either both or neither, and the redelivery either finds the key completed
+// or runs the handler as if for the first time.
+//
+// # Table
+//
+// One row per (namespace, key), in the table of Migration: the owner token,
+// the fingerprint, whether it is completed, locked_until (the lease end while
+// in progress), expires_at (the lease end while in progress, the TTL end
+// once completed) and an optional result. A row whose expires_at has passed
+// is free: Claim takes it over in place, and Sweep deletes it.
+//
+// Claim is one INSERT … ON CONFLICT DO UPDATE … WHERE expires_at <= now():
+// the primary key makes it atomic across any number of processes. Complete,
+// Extend and Release act only on the row that carries the caller's token.
+// Claims and completions made at the same time by concurrent deliveries are
+// sent as one statement over arrays (see Options.MaxBatch), so a busy
+// consumer pays one round trip and one commit for many keys.
+// Claims and completions both wait for the disk by default;
+// Options.AsyncClaims trades a little safety for about twice the rate.
+//
+// # Errors
+//
+// Every error other than dedup.ErrLeaseLost means the store could not decide
+// and wraps dedup.ErrStoreUnavailable and the driver's error, except that
+// the caller's own cancelled or expired context is reported as such.
+package pgstore
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/dedupq/dedupq/dedup"
+	"github.com/dedupq/dedupq/dedup/internal/claimtoken"
+	"github.com/dedupq/dedupq/dedup/internal/coalesce"
+)
+
+// DefaultTable is the table a Store uses when Options.Table is empty.
+const DefaultTable = "dedupq_keys"
+
+// DB is what the store needs of a database handle; *pgxpool.Pool has it. It
+// must be safe for concurrent use, so a single *pgx.Conn is not enough.
+type DB interface {
+	Begin(ctx context.Context) (pgx.Tx, error)
+	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+	SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults
+}
+
+// Options configure a Store. The zero value is usable.
+type Options struct {
+	// Table is the table's name, optionally schema-qualified
+	// ("dedup.keys"); "" means DefaultTable.
+	Table string
+	// Namespace separates the keys of tenants or consumer groups that
+	// share a table; "" means "default".
+	Namespace string
+	// MaxBatch caps how many claims and completions made at the same time
+	// share one round trip and one commit; 0 means 128, 1 sends each on
+	// its own.
+	MaxBatch int
+	// MaxInFlight caps how many batches of claims, and how many of
+	// completions, run at once; 0 means 1. Calls arriving while all are
+	// busy go out together in the next one: fewer batches in flight make
+	// bigger ones, and so fewer commits.
+	MaxInFlight int
+	// AsyncClaims commits claims with synchronous_commit off (completions
+	// always wait for the disk). A claim is still visible to every
+	// consumer at once, but a crash of PostgreSQL itself forgets the claims
+	// of its last few hundred milliseconds, so a handler still running
+	// when the database crashed may run again, concurrently, for its
+	// redelivery — the same gap a lapsed lease has. In exchange a claim
+	// costs no disk flush, which roughly doubles the rate of
+	// claim-plus-complete at a given concurrency. Off by default: the
+	// store's job is to be right.
+	AsyncClaims bool
+}
+
+// Store is a dedup.Store on PostgreSQL, safe for concurrent use.
+type Store struct {
+	db    DB
+	ns    string
+	table string // sanitized identifier
+
+	claimSQL, completeSQL, extendSQL, releaseSQL string
+	takeSQL, readSQL, resultSQL, sweepSQL        string
+
+	claims, completes *coalesce.Batcher[op]
+	asyncClaims       bool
+}
+
+// New returns a Store on db. The table must exist: run Migration's SQL with
+// your migrations, or call EnsureSchema.
+func New(db DB, o Options) (*Store, error) {
+	table, err := tableIdent(o.Table)
+	if err != nil {
+		return nil, err
+	}
+	o.Namespace = cmp.Or(o.Namespace, "default")
+	if o.MaxBatch <= 0 {
+		o.MaxBatch = 128
+	}
+	if o.MaxInFlight <= 0 {
+		o.MaxInFlight = 1
+	}
+	s := &Store{db: db, ns: o.Namespace, table: table}
+	s.prepareSQL()
+	s.asyncClaims = o.AsyncClaims
+	// Claims and completions batch apart, because they commit
+	// differently (see Options.AsyncClaims).
+	s.claims = coalesce.New(o.MaxBatch, o.MaxInFlight, s.flush)
+	s.completes = coalesce.New(o.MaxBatch, o.MaxInFlight, s.flush)
+	return s, nil
+}
+
+// Migration returns the SQL that creates table (DefaultTable when empty)
+// and its expiry index, idempotently.
+func Migration(table string) (string, error) {
+	t, err := tableIdent(table)
+	if err != nil {
+		return "", err
+	}
+	parts := strings.Split(cmp.Or(table, DefaultTable), ".")
+	index := pgx.Identifier{parts[len(parts)-1] + "_expires_at_idx"}.Sanitize()
+	return fmt.Sprintf(`CREATE TABLE IF NOT EXISTS %[1]s (
+	namespace    text        NOT NULL,
+	key          text        NOT NULL,
+	token        text        NOT NULL,
+	fingerprint  text        NOT NULL,
+	completed    boolean     NOT NULL DEFAULT false,
+	locked_until timestamptz,
+	expires_at   timestamptz NOT NULL,
+	result       bytea,
+	PRIMARY KEY (namespace, key)
+);
+CREATE INDEX IF NOT EXISTS %[2]s ON %[1]s (expires_at);
+`, t, index), nil
+}
+
+// EnsureSchema creates table (DefaultTable when empty) and its index if
+// they do not exist. Concurrent callers are serialized by an advisory lock,
+// because concurrent CREATE TABLE IF NOT EXISTS can still fail.
+func EnsureSchema(ctx context.Context, db DB, table string) error {
+	sql, err := Migration(table)
+	if err != nil {
+		return err
+	}
+	tx, err := db.Begin(ctx)
+	if err != nil {
+		return fmt.Errorf("pgstore: ensure schema: %w", err)
+	}
+	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
+	if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock(hashtext('dedupq.pgstore.schema'))`); err != nil {
+		return fmt.Errorf("pgstore: ensure schema: %w", err)
+	}
+	if _, err := tx.Exec(ctx, sql); err != nil {
+		return fmt.Errorf("pgstore: ensure schema: %w", err)
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return fmt.Errorf("pgstore: ensure schema: %w", err)
+	}
+	return nil
+}
+
+func tableIdent(table string) (string, error) {
+	parts := strings.Split(cmp.Or(table, DefaultTable), ".")
+	if len(parts) > 2 || slices.Contains(parts, "") {
+		return "", fmt.Errorf("pgstore: table name %q: want name or schema.name", table)
+	}
+	return pgx.Identifier(parts).Sanitize(), nil
+}
+
+func (s *Store) prepareSQL() {
+	r := strings.NewReplacer("{T}", s.table)
+	s.claimSQL = r.Replace(`WITH req AS (
+	SELECT * FROM unnest($2::text[], $3::text[], $4::text[], $5::bigint[]) AS r(key, token, fp, lease_us)
+), ins AS (
+	INSERT INTO {T} AS d (namespace, key, token, fingerprint, completed, locked_until, expires_at, result)
+	SELECT $1, key, token, fp, false, now() + lease_us * interval '1 microsecond', now() + lease_us * interval '1 microsecond', NULL
+	FROM req ORDER BY key
+	ON CONFLICT (namespace, key) DO UPDATE
+	SET token = excluded.token, fingerprint = excluded.fingerprint, completed = false,
+		locked_until = excluded.locked_until, expires_at = excluded.expires_at, result = NULL
+	WHERE d.expires_at <= now()
+	RETURNING d.key
+)
+SELECT r.key, ins.key IS NOT NULL, d.completed, d.fingerprint, d.locked_until, d.result
+FROM req r
+LEFT JOIN ins ON ins.key = r.key
+LEFT JOIN {T} d ON ins.key IS NULL AND d.namespace = $1 AND d.key = r.key`)
+	// A missing row lapsed and was swept, or was released, and nobody has
+	// taken it since: its holder may write it again, with the fingerprint
+	// its token carries.
+	s.completeSQL = r.Replace(`WITH req AS (
+	SELECT * FROM unnest($2::text[], $3::text[], $4::text[], $5::bigint[], $6::bytea[]) AS r(key, token, fp, ttl_us, result)
+), upd AS (
+	INSERT INTO {T} AS d (namespace, key, token, fingerprint, completed, locked_until, expires_at, result)
+	SELECT $1, key, token, fp, true, NULL, now() + ttl_us * interval '1 microsecond', result
+	FROM req ORDER BY key
+	ON CONFLICT (namespace, key) DO UPDATE
+	SET completed = true, locked_until = NULL, expires_at = excluded.expires_at, result = excluded.result
+	WHERE d.token = excluded.token
+	RETURNING d.key
+)
+SELECT r.key, upd.key IS NOT NULL FROM req r LEFT JOIN upd ON upd.key = r.key`)
+	s.extendSQL = r.Replace(`INSERT INTO {T} AS d (namespace, key, token, fingerprint, completed, locked_until, expires_at)
+VALUES ($1, $2, $3, $4, false, now() + $5 * interval '1 microsecond', now() + $5 * interval '1 microsecond')
+ON CONFLICT (namespace, key) DO UPDATE
+SET locked_until = CASE WHEN d.completed THEN d.locked_until ELSE excluded.locked_until END,
+	expires_at = CASE WHEN d.completed THEN d.expires_at ELSE excluded.expires_at END
+WHERE d.token = excluded.token
+RETURNING 1`)
+	s.releaseSQL = r.Replace(`WITH del AS (
+	DELETE FROM {T} WHERE namespace = $1 AND key = $2 AND token = $3 AND NOT completed RETURNING 1
+)
+SELECT (SELECT count(*) FROM del), (SELECT token FROM {T} WHERE namespace = $1 AND key = $2)`)
+	s.takeSQL = r.Replace(`INSERT INTO {T} AS d (namespace, key, token, fingerprint, completed, locked_until, expires_at)
+VALUES ($1, $2, $3, $4, true, NULL, now() + $5 * interval '1 microsecond')
+ON CONFLICT (namespace, key) DO UPDATE
+SET token = excluded.token, fingerprint = excluded.fingerprint, completed = true,
+	locked_until = NULL, expires_at = excluded.expires_at, result = NULL
+WHERE d.expires_at <= now()
+RETURNING 1`)
+	s.readSQL = r.Replace(`SELECT completed, fingerprint, locked_until, result, expires_at <= now() FROM {T} WHERE namespace = $1 AND key = $2`)
+	s.resultSQL = r.Replace(`UPDATE {T} SET result = $3 WHERE namespace = $1 AND key = $2`)
+	s.sweepSQL = r.Replace(`DELETE FROM {T} d USING (
+	SELECT namespace, key FROM {T} WHERE expires_at < now() ORDER BY expires_at LIMIT $1 FOR UPDATE SKIP LOCKED
+) old
+WHERE d.namespace = old.namespace AND d.key = old.key AND d.expires_at < now()`)
+}
+
+// op is a Claim or a Complete waiting for a batch.
+type op struct {
+	ctx      context.Context
+	complete bool
+	key      string
+	token    string
+	fp       string
+	us       int64  // lease or TTL, in microseconds
+	result   []byte // Complete
+	out      dedup.Claim
+	lost     bool // Complete: the token no longer holds the key
+	err      error
+	settled  bool
+	done     chan struct{}
+}
+
+func (s *Store) submit(o *op) {
+	o.done = make(chan struct{})
+	b := s.claims
+	if o.complete {
+		b = s.completes
+	}
+	b.Submit(o, func(o *op) context.Context { return o.ctx }, o.done)
+}
+
+// Claim implements dedup.Store.
+func (s *Store) Claim(ctx context.Context, key, fingerprint string, lease time.Duration) (dedup.Claim, error) {
+	if lease <= 0 {
+		return dedup.Claim{}, fmt.Errorf("pgstore: claim %q: lease %s is not positive", key, lease)
+	}
+	o := &op{ctx: ctx, key: key, token: claimtoken.New(fingerprint), fp: fingerprint, us: micros(lease)}
+	s.submit(o)
+	if o.err != nil {
+		return dedup.Claim{}, fail(ctx, "claim", key, o.err)
+	}
+	return o.out, nil
+}
+
+// Complete implements dedup.Store. An empty result is stored as none.
+func (s *Store) Complete(ctx context.Context, key, token string, ttl time.Duration, result []byte) error {
+	if ttl <= 0 {
+		return fmt.Errorf("pgstore: complete %q: ttl %s is not positive", key, ttl)
+	}
+	fp, ok := claimtoken.Fingerprint(token)
+	if !ok {
+		return fmt.Errorf("pgstore: complete %q: malformed token: %w", key, dedup.ErrLeaseLost)
+	}
+	if len(result) == 0 {
+		result = nil
+	}
+	o := &op{ctx: ctx, complete: true, key: key, token: token, fp: fp, us: micros(ttl), result: result}
+	s.submit(o)
+	if o.err != nil {
+		return fail(ctx, "complete", key, o.err)
+	}
+	if o.lost {
+		return fmt.Errorf("pgstore: complete %q: %w", key, dedup.ErrLeaseLost)
+	}
+	return nil
+}
+
+// maxRounds bounds how often one flush goes back to the database for the
+// operations a batch could not settle: a second operation on a key already
+// in the statement, and a claim that met a row committed after the
+// statement's snapshot.
+const maxRounds = 100
+
+// flush settles a batch of claims or of completions in one round trip and
+// one implicit transaction, so that they share one commit: the WAL flush of
+// a commit, not the statement, is what limits a durable store.
+func (s *Store) flush(ctx context.Context, batch []*op) {
+	pending := make([]*op, 0, len(batch))
+	for _, o := range batch {
+		if err := o.ctx.Err(); err != nil {
+			o.err = err
+			close(o.done)
+			continue
+		}
+		pending = append(pending, o)
+	}
+	for round := 0; len(pending) > 0; round++ {
+		claims, completes, next := split(pending)
+		if round == maxRounds {
+			for _, o := range pending {
+				o.err = errors.New("operation did not settle")
+				close(o.done)
+			}
+			return
+		}
+		err := s.sendBatch(ctx, claims, completes)
+		for _, group := range [][]*op{claims, completes} {
+			for _, o := range group {
+				if err == nil && !o.settled {
+					next = append(next, o) // claim met an invisible row: ask again
+					continue
+				}
+				if err != nil {
+					o.err = err
+				}
+				close(o.done)
+			}
+		}
+		pending = next
+	}
+}
+
+// split sorts the first claim and the first completion of each key into
+// claims and completes, ordered by key so that concurrent batches lock rows
+// in one order, and leaves the rest for the next round: one statement
+// cannot write a row twice.
+func split(ops []*op) (claims, completes, rest []*op) {
+	type seenKey struct {
+		complete bool
+		key      string
+	}
+	seen := make(map[seenKey]bool, len(ops))
+	for _, o := range ops {
+		k := seenKey{o.complete, o.key}
+		switch {
+		case seen[k]:
+			rest = append(rest, o)
+		case o.complete:
+			completes = append(completes, o)
+		default:
+			claims = append(claims, o)
+		}
+		seen[k] = true
+	}
+	byKey := func(a, b *op) int { return strings.Compare(a.key, b.key) }
+	slices.SortFunc(claims, byKey)
+	slices.SortFunc(completes, byKey)
+	return claims, completes, rest
+}
+
+// sendBatch runs the claim and completion statements together, retrying
+// the batch when PostgreSQL aborted it for a deadlock or a serialization
+// failure, which say nothing was written.
+func (s *Store) sendBatch(ctx context.Context, claims, completes []*op) error {
+	b := &pgx.Batch{}
+	async := len(claims) > 0 && len(completes) == 0 && s.asyncClaims
+	if async {
+		b.Queue(`SELECT set_config('synchronous_commit', 'off', true)`)
+	}
+	if len(claims) > 0 {
+		n := len(claims)
+		keys, tokens, fps, leases := make([]string, n), make([]string, n), make([]string, n), make([]int64, n)
+		for i, o := range claims {
+			keys[i], tokens[i], fps[i], leases[i] = o.key, o.token, o.fp, o.us
+		}
+		b.Queue(s.claimSQL, s.ns, keys, tokens, fps, leases)
+	}
+	if len(completes) > 0 {
+		n := len(completes)
+		keys, tokens, fps, ttls, results := make([]string, n), make([]string, n), make([]string, n), make([]int64, n), make([][]byte, n)
+		for i, o := range completes {
+			keys[i], tokens[i], fps[i], ttls[i], results[i] = o.key, o.token, o.fp, o.us, o.result
+		}
+		b.Queue(s.completeSQL, s.ns, keys, tokens, fps, ttls, results)
+	}
+	var err error
+	for attempt := 0; attempt < 5; attempt++ {
+		if err = s.readBatch(s.db.SendBatch(ctx, b), async, claims, completes); !retryable(err) {
+			return err
+		}
+	}
+	return err
+}
+
+func (s *Store) readBatch(br pgx.BatchResults, async bool, claims, completes []*op) (err error) {
+	defer func() {
+		if cerr := br.Close(); err == nil {
+			err = cerr
+		}
+	}()
+	if async {
+		if _, err := br.Exec(); err != nil {
+			return err
+		}
+	}
+	if len(claims) > 0 {
+		byKey := make(map[string]*op, len(claims))
+		for _, o := range claims {
+			byKey[o.key] = o
+			o.settled = false
+		}
+		rows, err := br.Query()
+		if err != nil {
+			return err
+		}
+		for rows.Next() {
+			var key string
+			var acquired bool
+			var completed *bool
+			var fp *string
+			var until *time.Time
+			var result []byte
+			if err := rows.Scan(&key, &acquired, &completed, &fp, &until, &result); err != nil {
+				rows.Close()
+				return err
+			}
+			o := byKey[key]
+			switch {
+			case o == nil:
+			case acquired:
+				o.out, o.settled = dedup.Claim{State: dedup.Acquired, Token: o.token}, true
+			case completed == nil:
+				// Committed after this statement's snapshot: ask again.
+			case *completed:
+				o.out, o.settled = dedup.Claim{State: dedup.Completed, Fingerprint: *fp, Result: result}, true
+			default:
+				o.out, o.settled = dedup.Claim{State: dedup.InProgress, Fingerprint: *fp, LeaseUntil: *until}, true
+			}
+		}
+		rows.Close()
+		if err := rows.Err(); err != nil {
+			return err
+		}
+	}
+	if len(completes) > 0 {
+		byKey := make(map[string]*op, len(completes))
+		for _, o := range completes {
+			byKey[o.key] = o
+			o.lost, o.settled = true, true
+		}
+		rows, err := br.Query()
+		if err != nil {
+			return err
+		}
+		for rows.Next() {
+			var key string
+			var ok bool
+			if err := rows.Scan(&key, &ok); err != nil {
+				rows.Close()
+				return err
+			}
+			if o := byKey[key]; o != nil {
+				o.lost = !ok
+			}
+		}
+		rows.Close()
+		if err := rows.Err(); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Extend implements dedup.Store. Extending a claim its holder already
+// completed leaves the completion as it is.
+func (s *Store) Extend(ctx context.Context, key, token string, lease time.Duration) error {
+	if lease <= 0 {
+		return fmt.Errorf("pgstore: extend %q: lease %s is not positive", key, lease)
+	}
+	fp, ok := claimtoken.Fingerprint(token)
+	if !ok {
+		return fmt.Errorf("pgstore: extend %q: malformed token: %w", key, dedup.ErrLeaseLost)
+	}
+	found := false
+	err := s.query(ctx, func(rows pgx.Rows) error {
+		found = rows.Next()
+		rows.Close()
+		return rows.Err()
+	}, s.extendSQL, s.ns, key, token, fp, micros(lease))
+	if err != nil {
+		return fail(ctx, "extend", key, err)
+	}
+	if !found {
+		return fmt.Errorf("pgstore: extend %q: %w", key, dedup.ErrLeaseLost)
+	}
+	return nil
+}
+
+// Release implements dedup.Store. Releasing a key the same token already
+// completed does nothing: forgetting a completed effect would let a
+// redelivery repeat it.
+func (s *Store) Release(ctx context.Context, key, token string) error {
+	var deleted int64
+	var holder *string
+	err := s.query(ctx, func(rows pgx.Rows) error {
+		if rows.Next() {
+			if err := rows.Scan(&deleted, &holder); err != nil {
+				return err
+			}
+		}
+		return rows.Err()
+	}, s.releaseSQL, s.ns, key, token)
+	if err != nil {
+		return fail(ctx, "release", key, err)
+	}
+	if deleted == 0 && holder != nil && *holder != token {
+		return fmt.Errorf("pgstore: release %q: %w", key, dedup.ErrLeaseLost)
+	}
+	return nil
+}
+
+// query runs sql and hands its rows to read, retrying a statement that
+// PostgreSQL aborted for a deadlock or a serialization failure: these say
+// nothing was written, and a batch of keys can deadlock with another batch
+// or the sweeper.
+func (s *Store) query(ctx context.Context, read func(pgx.Rows) error, sql string, args ...any) error {
+	var err error
+	for attempt := 0; attempt < 5; attempt++ {
+		var rows pgx.Rows
+		rows, err = s.db.Query(ctx, sql, args...)
+		if err == nil {
+			err = read(rows)
+			rows.Close()
+			if err == nil {
+				err = rows.Err()
+			}
+		}
+		if !retryable(err) {
+			return err
+		}
+	}
+	return err
+}
+
+func retryable(err error) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && (pgErr.Code == "40P01" || pgErr.Code == "40001")
+}
+
+// fail wraps an error that left the store without an answer.
+func fail(ctx context.Context, op, key string, err error) error {
+	if ctxErr := ctx.Err(); ctxErr != nil && errors.Is(err, ctxErr) {
+		return fmt.Errorf("pgstore: %s %q: %w", op, key, err)
+	}
+	return fmt.Errorf("pgstore: %s %q: %w: %w", op, key, dedup.ErrStoreUnavailable, err)
+}
+
+// micros rounds d up to whole microseconds, PostgreSQL's finest unit, so
+// that a lease is never shorter than asked.
+func micros(d time.Duration) int64 {
+	return int64((d + time.Microsecond - 1) / time.Microsecond)
+}

@@ -1,0 +1,179 @@
+package pgstore
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/dedupq/dedupq"
+	"github.com/dedupq/dedupq/dedup"
+	"github.com/dedupq/dedupq/dedup/internal/claimtoken"
+)
+
+// TxFunc does a delivery's writes in tx and returns a small result to keep
+// with the key (nil for none). It must neither commit nor roll back tx.
+type TxFunc func(ctx context.Context, tx pgx.Tx) (result []byte, err error)
+
+// Outcome says what Do did.
+type Outcome struct {
+	// Ran is true when fn ran and its writes committed in the same
+	// transaction as the key's completion record.
+	Ran bool
+	// Result is fn's result when Ran, else the result stored by the run
+	// that did.
+	Result []byte
+}
+
+// Do runs fn at most once to completion per key within ttl: in one
+// transaction it records key as completed, runs fn, and commits both. If
+// the key was completed before, Do does not run fn and reports the stored
+// result. A crash or an error anywhere before the commit rolls back fn's
+// writes and the record together, so the redelivery runs fn again as if for
+// the first time; a crash after the commit leaves both, so the redelivery
+// finds the key completed.
+//
+// While the transaction is open, its row lock holds the key: a concurrent
+// Do on the same key waits for the commit (then reports Completed) or the
+// rollback (then runs fn itself). Bound that wait, and a hung holder, with
+// lock_timeout and idle_in_transaction_session_timeout on the database or
+// role. A key held by a Claim of the dedup.Store API fails with an error
+// matching dedup.ErrInProgress; a key recorded with another fingerprint
+// fails with a *dedup.ConflictError. fn's own error is returned as it is.
+//
+// If the commit itself fails without an answer (the connection died), the
+// effect may or may not have committed: the error wraps
+// dedup.ErrStoreUnavailable, and the redelivery finds out which.
+func (s *Store) Do(ctx context.Context, key, fingerprint string, ttl time.Duration, fn TxFunc) (Outcome, error) {
+	if ttl <= 0 {
+		return Outcome{}, fmt.Errorf("pgstore: do %q: ttl %s is not positive", key, ttl)
+	}
+	for attempt := 0; ; attempt++ {
+		out, again, err := s.do(ctx, key, fingerprint, ttl, fn)
+		if !again || attempt == 10 {
+			return out, err
+		}
+	}
+}
+
+func (s *Store) do(ctx context.Context, key, fingerprint string, ttl time.Duration, fn TxFunc) (out Outcome, again bool, err error) {
+	tx, err := s.db.Begin(ctx)
+	if err != nil {
+		return Outcome{}, false, fail(ctx, "do", key, err)
+	}
+	// After a commit this is a no-op; on every other path, a panic in fn
+	// included, it undoes the record with fn's writes.
+	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
+
+	tag, err := tx.Exec(ctx, s.takeSQL, s.ns, key, claimtoken.New(fingerprint), fingerprint, micros(ttl))
+	if err != nil {
+		return Outcome{}, retryable(err), fail(ctx, "do", key, err)
+	}
+	if tag.RowsAffected() == 0 {
+		var completed, free bool
+		var storedFP string
+		var until *time.Time
+		var result []byte
+		err := tx.QueryRow(ctx, s.readSQL, s.ns, key).Scan(&completed, &storedFP, &until, &result, &free)
+		switch {
+		case errors.Is(err, pgx.ErrNoRows) || (err == nil && free):
+			// Deleted or expired between the two statements: start over.
+			return Outcome{}, true, nil
+		case err != nil:
+			return Outcome{}, false, fail(ctx, "do", key, err)
+		}
+		state := dedup.InProgress
+		if completed {
+			state = dedup.Completed
+		}
+		if storedFP != fingerprint {
+			return Outcome{}, false, &dedup.ConflictError{Key: key, Stored: storedFP, Got: fingerprint, StoredWhen: state}
+		}
+		if !completed {
+			return Outcome{}, false, fmt.Errorf("pgstore: do %q (held until %s): %w", key, until, dedup.ErrInProgress)
+		}
+		return Outcome{Result: result}, false, nil
+	}
+
+	result, err := fn(ctx, tx)
+	if err != nil {
+		return Outcome{}, false, err
+	}
+	if len(result) > 0 {
+		if _, err := tx.Exec(ctx, s.resultSQL, s.ns, key, result); err != nil {
+			return Outcome{}, false, fail(ctx, "do", key, err)
+		}
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return Outcome{}, false, fail(ctx, "do: commit", key, err)
+	}
+	return Outcome{Ran: true, Result: bytes.Clone(result)}, false, nil
+}
+
+type txKey struct{}
+
+// Tx returns the transaction a TxGuard runs the handler in, or nil outside
+// one. The handler writes its effect through it, and must neither commit
+// nor roll it back.
+func Tx(ctx context.Context) pgx.Tx {
+	tx, _ := ctx.Value(txKey{}).(pgx.Tx)
+	return tx
+}
+
+// TxGuard is a dedupq.Deduplicator that runs each handler inside Do: the
+// handler finds its transaction with Tx(ctx), and its writes commit with
+// the delivery's dedup record. Set it as ConsumerOptions.Dedup.
+type TxGuard struct {
+	store       *Store
+	ttl         time.Duration
+	fingerprint func(*dedupq.Message) string
+}
+
+var _ dedupq.Deduplicator = (*TxGuard)(nil)
+
+// TxGuardOptions configure a TxGuard.
+type TxGuardOptions struct {
+	// TTL is how long a completed key is remembered; it must cover the
+	// redelivery span (the Consumer checks). Required.
+	TTL time.Duration
+	// Fingerprint identifies a message's payload, so that a key reused
+	// for another payload is reported instead of skipped; nil means
+	// dedup.BodyFingerprint, as for the Guard.
+	Fingerprint func(*dedupq.Message) string
+}
+
+// NewTxGuard returns a TxGuard on s.
+func NewTxGuard(s *Store, o TxGuardOptions) (*TxGuard, error) {
+	if o.TTL <= 0 {
+		return nil, fmt.Errorf("pgstore: TxGuard TTL %s is not positive", o.TTL)
+	}
+	if o.Fingerprint == nil {
+		o.Fingerprint = dedup.BodyFingerprint
+	}
+	return &TxGuard{store: s, ttl: o.TTL, fingerprint: o.Fingerprint}, nil
+}
+
+// TTL implements dedupq.Deduplicator.
+func (g *TxGuard) TTL() time.Duration { return g.ttl }
+
+// Wrap implements dedupq.Deduplicator. A delivery whose key completed
+// before is acked without running h. One whose key another handler holds
+// is nacked (its error matches dedup.ErrInProgress). A key reused with
+// another payload is a permanent failure (dedup.ErrFingerprintMismatch):
+// no redelivery can make it right. An unreachable database nacks
+// (dedup.ErrStoreUnavailable): the delivery is never processed without a
+// dedup decision.
+func (g *TxGuard) Wrap(h dedupq.Handler) dedupq.Handler {
+	return func(ctx context.Context, d *dedupq.Delivery) error {
+		_, err := g.store.Do(ctx, d.Message.ID, g.fingerprint(&d.Message), g.ttl, func(ctx context.Context, tx pgx.Tx) ([]byte, error) {
+			return nil, h(context.WithValue(ctx, txKey{}, tx), d)
+		})
+		if errors.Is(err, dedup.ErrFingerprintMismatch) {
+			return dedupq.Permanent(err)
+		}
+		return err
+	}
+}

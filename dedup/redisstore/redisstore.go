@@ -1,0 +1,398 @@
+// Package redisstore is a dedup.Store on Redis (github.com/redis/go-redis/v9).
+//
+// # Layout
+//
+// Each dedup key is one Redis string, named Prefix + Namespace + ":{" + key
+// + "}", holding the record: its state (in progress or completed), the
+// claimant's lease end as the claimant's clock read it, the owner token, the
+// fingerprint and the result (see record). Its Redis expiry is the lease
+// while in progress and the TTL once completed, so Redis itself forgets
+// lapsed claims and old completions, by the server's clock. The namespace
+// (a tenant, a consumer group) keeps two consumers from sharing a key by
+// accident. The dedup key is the hash tag: each record lives in one slot of
+// a Redis Cluster, and the keys of a namespace spread over all slots instead
+// of piling onto one node.
+//
+// Claim is one native command, SET key record NX GET PX lease (Redis 7.0 or
+// later; on an older server the store falls back to a Lua script that does
+// the same): it takes a free key, or returns the record that holds it, in
+// one atomic round trip. Extend, Complete and Release are Lua scripts that
+// act only if the record carries the caller's token, so a consumer whose
+// lease ran out cannot overwrite the record of the one that took over. Calls
+// made at the same time by concurrent deliveries are sent together in one
+// pipeline (see Options.MaxBatch), which is how a claim plus a completion per
+// message keeps up with one unpipelined SET NX per message.
+//
+// # When Redis fails
+//
+// Every error other than dedup.ErrLeaseLost means the store could not decide
+// and wraps dedup.ErrStoreUnavailable (and the client's own error, so
+// errors.Is also finds net and go-redis errors), except that the caller's
+// own cancelled or expired context is reported as that context's error. The
+// Guard turns ErrStoreUnavailable into a nack by default (fail-closed): the
+// delivery comes back later and is never processed without a dedup
+// decision. Processing it anyway (fail-open) is the Guard's explicit option,
+// not the store's.
+//
+// # What Redis cannot promise
+//
+// Redis acknowledges a write before it reaches disk: with the default
+// persistence (RDB snapshots, or AOF with appendfsync everysec) a crash
+// loses the last seconds of claims and completions, and replication is
+// asynchronous, so a failover to a replica can forget keys the old primary
+// had acknowledged. A forgotten completion lets a later duplicate run its
+// effect again; a forgotten claim lets two handlers run at once. WAIT and
+// appendfsync always narrow the gap but do not close it. Pick Redis when a
+// rare repeat after a crash or failover is tolerable and speed matters; pick
+// the pgstore package when it is not, and its transactional API when the
+// effect itself lives in PostgreSQL.
+package redisstore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/dedupq/dedupq/dedup"
+	"github.com/dedupq/dedupq/dedup/internal/claimtoken"
+	"github.com/dedupq/dedupq/dedup/internal/coalesce"
+)
+
+// Options configure a Store. The zero value is usable.
+type Options struct {
+	// Prefix starts every Redis key the store writes; "" means
+	// "dedupq:".
+	Prefix string
+	// Namespace separates the keys of tenants or consumer groups that
+	// share a Redis; "" means "default". Neither Prefix nor Namespace may
+	// contain '{' or '}', which would move the hash tag.
+	Namespace string
+	// MaxBatch caps how many calls made at the same time share one
+	// pipeline; 0 means 128, 1 sends each call on its own.
+	MaxBatch int
+	// MaxInFlight caps how many pipelines run at once; 0 means 2. Calls
+	// arriving while all are busy wait and go out together in the next
+	// one, so a lower number makes bigger batches and costs Redis fewer
+	// reads and writes per call.
+	MaxInFlight int
+}
+
+// Store is a dedup.Store on Redis, safe for concurrent use.
+type Store struct {
+	rdb    redis.UniversalClient
+	prefix string
+	batch  *coalesce.Batcher[call]
+	// noSetGet is set once the server refused SET NX GET (before 7.0).
+	noSetGet atomic.Bool
+}
+
+// New returns a Store on rdb, which may be a single node, Sentinel or
+// Cluster client. The store does not close rdb.
+func New(rdb redis.UniversalClient, o Options) (*Store, error) {
+	if o.Prefix == "" {
+		o.Prefix = "dedupq:"
+	}
+	if o.Namespace == "" {
+		o.Namespace = "default"
+	}
+	if strings.ContainsAny(o.Prefix+o.Namespace, "{}") {
+		return nil, fmt.Errorf("redisstore: prefix %q and namespace %q must not contain braces", o.Prefix, o.Namespace)
+	}
+	if o.MaxBatch <= 0 {
+		o.MaxBatch = 128
+	}
+	if o.MaxInFlight <= 0 {
+		o.MaxInFlight = 2
+	}
+	s := &Store{rdb: rdb, prefix: o.Prefix + o.Namespace + ":"}
+	if o.MaxBatch > 1 {
+		s.batch = coalesce.New(o.MaxBatch, o.MaxInFlight, s.flush)
+	}
+	return s, nil
+}
+
+// Key is the Redis key that holds the record of a dedup key, for
+// inspecting it with redis-cli.
+func (s *Store) Key(key string) string { return s.prefix + "{" + key + "}" }
+
+// record is the stored value: state (1 byte: p in progress, c completed),
+// lease end in Unix milliseconds (16 hex digits; zeros once completed),
+// the token's random part (claimtoken.RandLen hex digits), the fingerprint's
+// length (8 hex digits), the fingerprint, then the result. Fixed-width
+// fields let the scripts below compare tokens and rewrite the lease without
+// parsing the rest.
+func record(state byte, until time.Time, token string, result []byte) string {
+	fp, _ := claimtoken.Fingerprint(token)
+	var ms int64
+	if !until.IsZero() {
+		ms = until.UnixMilli()
+	}
+	var b strings.Builder
+	b.Grow(1 + 16 + claimtoken.RandLen + 8 + len(fp) + len(result))
+	b.WriteByte(state)
+	fmt.Fprintf(&b, "%016x", ms)
+	b.WriteString(token[:claimtoken.RandLen])
+	fmt.Fprintf(&b, "%08x", len(fp))
+	b.WriteString(fp)
+	b.Write(result)
+	return b.String()
+}
+
+const headerLen = 1 + 16 + claimtoken.RandLen + 8
+
+// parseRecord reads what Claim found.
+func parseRecord(v string) (dedup.Claim, error) {
+	if len(v) < headerLen {
+		return dedup.Claim{}, fmt.Errorf("malformed record %q", v)
+	}
+	ms, err1 := strconv.ParseInt(v[1:17], 16, 64)
+	n, err2 := strconv.ParseInt(v[headerLen-8:headerLen], 16, 64)
+	if err1 != nil || err2 != nil || n < 0 || int64(len(v)) < headerLen+n {
+		return dedup.Claim{}, fmt.Errorf("malformed record %q", v)
+	}
+	c := dedup.Claim{Fingerprint: v[headerLen : headerLen+int(n)]}
+	switch v[0] {
+	case 'c':
+		c.State = dedup.Completed
+		if res := v[headerLen+int(n):]; res != "" {
+			c.Result = []byte(res)
+		}
+	case 'p':
+		c.State, c.LeaseUntil = dedup.InProgress, time.UnixMilli(ms)
+	default:
+		return dedup.Claim{}, fmt.Errorf("malformed record %q", v)
+	}
+	return c, nil
+}
+
+// The token's random part sits at bytes 18..49 (1-based, as Lua counts) of
+// a record.
+
+// claimScript is SET NX GET PX for servers older than 7.0. KEYS[1]; ARGV
+// record, lease ms. Answers nil when acquired, else the record found.
+var claimScript = redis.NewScript(`
+local v = redis.call('GET', KEYS[1])
+if v then return v end
+redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+return false
+`)
+
+// A record that is gone has lapsed (or been released) and nobody took it
+// over since, so the scripts below let its former holder write it again.
+
+// extendScript: KEYS[1]; ARGV token's random part, lease ms, new lease end
+// (16 hex digits), record to write if gone. 0 = lost.
+var extendScript = redis.NewScript(`
+local v = redis.call('GET', KEYS[1])
+if not v then
+  redis.call('SET', KEYS[1], ARGV[4], 'PX', ARGV[2])
+  return 1
+end
+if string.sub(v, 18, 49) ~= ARGV[1] then return 0 end
+if string.sub(v, 1, 1) == 'c' then return 1 end
+redis.call('SET', KEYS[1], 'p' .. ARGV[3] .. string.sub(v, 18), 'PX', ARGV[2])
+return 1
+`)
+
+// completeScript: KEYS[1]; ARGV token's random part, ttl ms, completed
+// record. 0 = lost.
+var completeScript = redis.NewScript(`
+local v = redis.call('GET', KEYS[1])
+if v and string.sub(v, 18, 49) ~= ARGV[1] then return 0 end
+redis.call('SET', KEYS[1], ARGV[3], 'PX', ARGV[2])
+return 1
+`)
+
+// releaseScript: KEYS[1]; ARGV token's random part. 0 = lost. A completion
+// stays: its holder releasing it is a bug, and forgetting it would repeat
+// the effect.
+var releaseScript = redis.NewScript(`
+local v = redis.call('GET', KEYS[1])
+if not v then return 1 end
+if string.sub(v, 18, 49) ~= ARGV[1] then return 0 end
+if string.sub(v, 1, 1) == 'p' then redis.call('DEL', KEYS[1]) end
+return 1
+`)
+
+// call is one command, queued for a pipeline: a script run, or a plain
+// command when script is nil.
+type call struct {
+	ctx    context.Context
+	script *redis.Script
+	keys   []string
+	args   []any
+	val    any
+	err    error
+	done   chan struct{}
+}
+
+// sender is what both a client and a pipeline can send a call to.
+type sender interface {
+	redis.Scripter
+	Do(ctx context.Context, args ...any) *redis.Cmd
+}
+
+func (c *call) send(ctx context.Context, to sender, whole bool) *redis.Cmd {
+	switch {
+	case c.script == nil:
+		return to.Do(ctx, c.args...)
+	case whole:
+		return c.script.Eval(ctx, to, c.keys, c.args...)
+	default:
+		return c.script.EvalSha(ctx, to, c.keys, c.args...)
+	}
+}
+
+func (s *Store) run(ctx context.Context, c *call) (any, error) {
+	c.ctx = ctx
+	if s.batch == nil {
+		if c.script == nil {
+			return s.rdb.Do(ctx, c.args...).Result()
+		}
+		return c.script.Run(ctx, s.rdb, c.keys, c.args...).Result()
+	}
+	c.done = make(chan struct{})
+	s.batch.Submit(c, func(c *call) context.Context { return c.ctx }, c.done)
+	return c.val, c.err
+}
+
+// flush sends a batch of calls in one pipeline.
+func (s *Store) flush(ctx context.Context, batch []*call) {
+	live := make([]*call, 0, len(batch))
+	for _, c := range batch {
+		if err := c.ctx.Err(); err != nil {
+			c.err = err
+			close(c.done)
+			continue
+		}
+		live = append(live, c)
+	}
+	defer func() {
+		for _, c := range live {
+			close(c.done)
+		}
+	}()
+	pending := live
+	// The first pass runs scripts by hash; one that the server does not
+	// know yet (first use, SCRIPT FLUSH, a failover to a fresh replica) is
+	// sent whole in a second pass, which also caches it.
+	for pass := 0; pass < 2 && len(pending) > 0; pass++ {
+		var cmds []*redis.Cmd
+		if len(pending) == 1 {
+			cmds = []*redis.Cmd{pending[0].send(ctx, s.rdb, pass == 1)}
+		} else {
+			pipe := s.rdb.Pipeline()
+			cmds = make([]*redis.Cmd, len(pending))
+			for i, c := range pending {
+				cmds[i] = c.send(ctx, pipe, pass == 1)
+			}
+			_, _ = pipe.Exec(ctx) // each command carries its own error
+		}
+		var again []*call
+		for i, c := range pending {
+			c.val, c.err = cmds[i].Result()
+			if pass == 0 && c.script != nil && redis.HasErrorPrefix(c.err, "NOSCRIPT") {
+				again = append(again, c)
+			}
+		}
+		pending = again
+	}
+}
+
+// Claim implements dedup.Store.
+func (s *Store) Claim(ctx context.Context, key, fingerprint string, lease time.Duration) (dedup.Claim, error) {
+	if lease <= 0 {
+		return dedup.Claim{}, fmt.Errorf("redisstore: claim %q: lease %s is not positive", key, lease)
+	}
+	token := claimtoken.New(fingerprint)
+	rec := record('p', time.Now().Add(lease), token, nil)
+	c := &call{args: []any{"set", s.Key(key), rec, "nx", "get", "px", millis(lease)}}
+	if s.noSetGet.Load() {
+		c = &call{script: claimScript, keys: []string{s.Key(key)}, args: []any{rec, millis(lease)}}
+	}
+	v, err := s.run(ctx, c)
+	if err != nil && c.script == nil && redis.HasErrorPrefix(err, "ERR syntax") {
+		// Redis before 7.0 refuses NX with GET.
+		s.noSetGet.Store(true)
+		return s.Claim(ctx, key, fingerprint, lease)
+	}
+	if errors.Is(err, redis.Nil) {
+		return dedup.Claim{State: dedup.Acquired, Token: token}, nil
+	}
+	if err != nil {
+		return dedup.Claim{}, s.fail(ctx, "claim", key, err)
+	}
+	found, _ := v.(string)
+	cl, err := parseRecord(found)
+	if err != nil {
+		return dedup.Claim{}, s.fail(ctx, "claim", key, err)
+	}
+	return cl, nil
+}
+
+// Extend implements dedup.Store. Extending a claim its holder already
+// completed leaves the completion as it is.
+func (s *Store) Extend(ctx context.Context, key, token string, lease time.Duration) error {
+	if lease <= 0 {
+		return fmt.Errorf("redisstore: extend %q: lease %s is not positive", key, lease)
+	}
+	if _, ok := claimtoken.Fingerprint(token); !ok {
+		return fmt.Errorf("redisstore: extend %q: malformed token: %w", key, dedup.ErrLeaseLost)
+	}
+	until := time.Now().Add(lease)
+	return s.owned(ctx, "extend", key, extendScript,
+		token[:claimtoken.RandLen], millis(lease), fmt.Sprintf("%016x", until.UnixMilli()), record('p', until, token, nil))
+}
+
+// Complete implements dedup.Store. An empty result is stored as none: a
+// later Claim reports a nil Result.
+func (s *Store) Complete(ctx context.Context, key, token string, ttl time.Duration, result []byte) error {
+	if ttl <= 0 {
+		return fmt.Errorf("redisstore: complete %q: ttl %s is not positive", key, ttl)
+	}
+	if _, ok := claimtoken.Fingerprint(token); !ok {
+		return fmt.Errorf("redisstore: complete %q: malformed token: %w", key, dedup.ErrLeaseLost)
+	}
+	return s.owned(ctx, "complete", key, completeScript, token[:claimtoken.RandLen], millis(ttl), record('c', time.Time{}, token, result))
+}
+
+// Release implements dedup.Store. Releasing a key the same token already
+// completed does nothing: forgetting a completed effect would let a
+// redelivery repeat it.
+func (s *Store) Release(ctx context.Context, key, token string) error {
+	if _, ok := claimtoken.Fingerprint(token); !ok {
+		return fmt.Errorf("redisstore: release %q: malformed token: %w", key, dedup.ErrLeaseLost)
+	}
+	return s.owned(ctx, "release", key, releaseScript, token[:claimtoken.RandLen])
+}
+
+func (s *Store) owned(ctx context.Context, op, key string, script *redis.Script, args ...any) error {
+	v, err := s.run(ctx, &call{script: script, keys: []string{s.Key(key)}, args: args})
+	if err != nil {
+		return s.fail(ctx, op, key, err)
+	}
+	if n, _ := v.(int64); n == 0 {
+		return fmt.Errorf("redisstore: %s %q: %w", op, key, dedup.ErrLeaseLost)
+	}
+	return nil
+}
+
+// fail wraps an error that left the store without an answer.
+func (s *Store) fail(ctx context.Context, op, key string, err error) error {
+	if ctxErr := ctx.Err(); ctxErr != nil && errors.Is(err, ctxErr) {
+		return fmt.Errorf("redisstore: %s %q: %w", op, key, err)
+	}
+	return fmt.Errorf("redisstore: %s %q: %w: %w", op, key, dedup.ErrStoreUnavailable, err)
+}
+
+// millis rounds d up to whole milliseconds, Redis's finest unit, so that a
+// lease is never shorter than asked.
+func millis(d time.Duration) int64 {
+	return int64((d + time.Millisecond - 1) / time.Millisecond)
+}
