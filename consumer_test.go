@@ -11,6 +11,7 @@ import (
 
 	"github.com/dedupq/dedupq/clock"
 	"github.com/dedupq/dedupq/driver"
+	"github.com/dedupq/dedupq/internal/testutil"
 	"github.com/dedupq/dedupq/window"
 )
 
@@ -132,7 +133,7 @@ func TestConsumerSettlesByHandlerResult(t *testing.T) {
 	for id := range results {
 		sub.push(id, 0)
 	}
-	waitFor(t, func() bool {
+	testutil.WaitFor(t, func() bool {
 		for id, w := range want {
 			if sub.get(id) != w {
 				return false
@@ -151,7 +152,7 @@ func TestConsumerRetriesFailedAck(t *testing.T) {
 	c, _ := NewConsumer(context.Background(), sub, ConsumerOptions{})
 	stop := runConsumer(t, c, func(context.Context, *Delivery) error { return nil })
 	sub.push("a", 0)
-	waitFor(t, func() bool { return sub.get("a") == "ack" })
+	testutil.WaitFor(t, func() bool { return sub.get("a") == "ack" })
 	_ = stop()
 }
 
@@ -198,7 +199,7 @@ func TestShutdownTimeoutCancelsHandler(t *testing.T) {
 	<-started
 	stopped := make(chan error)
 	go func() { stopped <- stop() }()
-	waitFor(t, func() bool { return fake.Waiters() == 1 })
+	testutil.WaitFor(t, func() bool { return fake.Waiters() == 1 })
 	fake.Advance(time.Minute)
 	if err := <-stopped; err != nil {
 		t.Fatal(err)
@@ -216,12 +217,12 @@ func TestLeaseIsExtendedWhileHandlerRuns(t *testing.T) {
 	stop := runConsumer(t, c, func(ctx context.Context, d *Delivery) error { <-release; return nil })
 	sub.push("a", 30*time.Second)
 	for i := 1; i <= 3; i++ {
-		waitFor(t, func() bool { return fake.Waiters() == 1 })
+		testutil.WaitFor(t, func() bool { return fake.Waiters() == 1 })
 		fake.Advance(15 * time.Second)
-		waitFor(t, func() bool { sub.mu.Lock(); defer sub.mu.Unlock(); return sub.extends["a"] == i })
+		testutil.WaitFor(t, func() bool { sub.mu.Lock(); defer sub.mu.Unlock(); return sub.extends["a"] == i })
 	}
 	close(release)
-	waitFor(t, func() bool { return sub.get("a") == "ack" })
+	testutil.WaitFor(t, func() bool { return sub.get("a") == "ack" })
 	_ = stop()
 }
 

@@ -11,6 +11,7 @@ import (
 
 	"github.com/dedupq/dedupq/clock"
 	"github.com/dedupq/dedupq/driver"
+	"github.com/dedupq/dedupq/internal/testutil"
 	"github.com/dedupq/dedupq/window"
 )
 
@@ -173,7 +174,7 @@ func TestPublishBackoffUsesClockAndStopsOnCancel(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error)
 	go func() { _, err := p.Publish(ctx, &Message{ID: "a"}); done <- err }()
-	waitFor(t, func() bool { return fake.Waiters() == 1 })
+	testutil.WaitFor(t, func() bool { return fake.Waiters() == 1 })
 	cancel()
 	err = <-done
 	if !errors.Is(err, context.Canceled) || !errors.Is(err, errUnavailable) {
@@ -191,7 +192,7 @@ func TestPublishRetriesAfterBackoff(t *testing.T) {
 	p, _ := NewPublisher(context.Background(), topic, PublisherOptions{Retry: retry, Clock: fake})
 	done := make(chan error)
 	go func() { _, err := p.Publish(context.Background(), &Message{ID: "a"}); done <- err }()
-	waitFor(t, func() bool { return fake.Waiters() == 1 })
+	testutil.WaitFor(t, func() bool { return fake.Waiters() == 1 })
 	fake.Advance(time.Minute)
 	if err := <-done; err != nil {
 		t.Fatal(err)
@@ -283,17 +284,5 @@ func TestClosedPublisher(t *testing.T) {
 	}
 	if _, err := p.Publish(context.Background(), &Message{ID: "a"}); !errors.Is(err, ErrClosed) {
 		t.Fatalf("Publish after Close = %v, want ErrClosed", err)
-	}
-}
-
-// waitFor polls cond until it holds or the test's deadline nears.
-func waitFor(t *testing.T, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatal("condition not met within 10s")
-		}
-		time.Sleep(time.Millisecond)
 	}
 }

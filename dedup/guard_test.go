@@ -13,6 +13,7 @@ import (
 	"github.com/dedupq/dedupq/clock"
 	"github.com/dedupq/dedupq/dedup"
 	"github.com/dedupq/dedupq/dedup/memstore"
+	"github.com/dedupq/dedupq/internal/testutil"
 )
 
 // flakyStore fails the operations named in fail.
@@ -122,7 +123,7 @@ func TestGuardExtendsLeaseWhileRunning(t *testing.T) {
 	}()
 	// Run for three leases: the extender fires every 10s.
 	for range 9 {
-		waitFor(t, func() bool { return fake.Waiters() >= 1 })
+		testutil.WaitFor(t, func() bool { return fake.Waiters() >= 1 })
 		fake.Advance(10 * time.Second)
 	}
 	c, err := store.Claim(context.Background(), "k", "x", time.Second)
@@ -146,7 +147,7 @@ func TestGuardLostLeaseCancelsHandler(t *testing.T) {
 			return context.Cause(ctx)
 		})(context.Background(), delivery("k", "a"))
 	}()
-	waitFor(t, func() bool { return fake.Waiters() >= 1 })
+	testutil.WaitFor(t, func() bool { return fake.Waiters() >= 1 })
 	fake.Advance(10 * time.Second)
 	if err := <-done; !errors.Is(err, dedup.ErrLeaseLost) {
 		t.Fatalf("handler ended with %v, want its context cancelled with ErrLeaseLost", err)
@@ -212,16 +213,5 @@ func TestGuardConcurrentDeliveriesRunOnce(t *testing.T) {
 	}
 	if s := g.Stats(); s.Ran+s.Suppressed+s.Deferred != 64 {
 		t.Errorf("stats %+v do not add up to 64 deliveries", s)
-	}
-}
-
-func waitFor(t *testing.T, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatal("condition not met within 10s")
-		}
-		time.Sleep(time.Millisecond)
 	}
 }

@@ -5,13 +5,13 @@ package pgstore_test
 import (
 	"context"
 	"fmt"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/dedupq/dedupq/dedup"
 	"github.com/dedupq/dedupq/dedup/pgstore"
+	"github.com/dedupq/dedupq/internal/testutil"
 )
 
 // BenchmarkClaimComplete measures a claim plus a completion per message —
@@ -29,7 +29,7 @@ func BenchmarkClaimComplete(b *testing.B) {
 	for _, conc := range []int{1, 16, 64} {
 		b.Run(fmt.Sprintf("raw-INSERT-ON-CONFLICT/c=%d", conc), func(b *testing.B) {
 			prefix := fmt.Sprint("run-", run.Add(1), "-")
-			parallel(b, conc, func(ctx context.Context, i int64) error {
+			testutil.Parallel(b, conc, func(ctx context.Context, i int64) error {
 				_, err := pool.Exec(ctx, rawSQL, fmt.Sprint(prefix, i), "0123456789abcdef0123456789abcdeffp")
 				return err
 			})
@@ -45,7 +45,7 @@ func BenchmarkClaimComplete(b *testing.B) {
 			b.Run(fmt.Sprintf("%s/c=%d", v.name, conc), func(b *testing.B) {
 				s := newStore(b, pool, v.o)
 				prefix := fmt.Sprint("run-", run.Add(1), "-")
-				parallel(b, conc, func(ctx context.Context, i int64) error {
+				testutil.Parallel(b, conc, func(ctx context.Context, i int64) error {
 					key := fmt.Sprint(prefix, i)
 					cl, err := s.Claim(ctx, key, "fp", time.Minute)
 					if err != nil {
@@ -59,30 +59,4 @@ func BenchmarkClaimComplete(b *testing.B) {
 			})
 		}
 	}
-}
-
-// parallel runs op b.N times over conc goroutines and reports msgs/s.
-func parallel(b *testing.B, conc int, op func(ctx context.Context, i int64) error) {
-	ctx := context.Background()
-	var next atomic.Int64
-	var wg sync.WaitGroup
-	var once sync.Once
-	b.ResetTimer()
-	for range conc {
-		wg.Go(func() {
-			for {
-				i := next.Add(1)
-				if i > int64(b.N) {
-					return
-				}
-				if err := op(ctx, i); err != nil {
-					once.Do(func() { b.Error(err) })
-					return
-				}
-			}
-		})
-	}
-	wg.Wait()
-	b.StopTimer()
-	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "msgs/s")
 }

@@ -5,7 +5,6 @@ package redisstore_test
 import (
 	"context"
 	"fmt"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -14,6 +13,7 @@ import (
 
 	"github.com/dedupq/dedupq/dedup"
 	"github.com/dedupq/dedupq/dedup/redisstore"
+	"github.com/dedupq/dedupq/internal/testutil"
 )
 
 // BenchmarkClaimComplete measures a claim plus a completion per message —
@@ -27,7 +27,7 @@ func BenchmarkClaimComplete(b *testing.B) {
 	for _, conc := range []int{1, 16, 64} {
 		b.Run(fmt.Sprintf("raw-SET-NX-PX/c=%d", conc), func(b *testing.B) {
 			prefix := fmt.Sprintf("dedupq:%s:raw-%d:", ns, run.Add(1))
-			parallel(b, conc, func(ctx context.Context, i int64) error {
+			testutil.Parallel(b, conc, func(ctx context.Context, i int64) error {
 				return c.SetNX(ctx, fmt.Sprint(prefix, i), "1", time.Minute).Err()
 			})
 		})
@@ -43,7 +43,7 @@ func BenchmarkClaimComplete(b *testing.B) {
 				o.Namespace = ns
 				s := newStore(b, c, o)
 				prefix := fmt.Sprint("run-", run.Add(1), "-")
-				parallel(b, conc, func(ctx context.Context, i int64) error {
+				testutil.Parallel(b, conc, func(ctx context.Context, i int64) error {
 					key := fmt.Sprint(prefix, i)
 					cl, err := s.Claim(ctx, key, "fp", time.Minute)
 					if err != nil {
@@ -57,32 +57,6 @@ func BenchmarkClaimComplete(b *testing.B) {
 			})
 		}
 	}
-}
-
-// parallel runs op b.N times over conc goroutines and reports msgs/s.
-func parallel(b *testing.B, conc int, op func(ctx context.Context, i int64) error) {
-	ctx := context.Background()
-	var next atomic.Int64
-	var wg sync.WaitGroup
-	var once sync.Once
-	b.ResetTimer()
-	for range conc {
-		wg.Go(func() {
-			for {
-				i := next.Add(1)
-				if i > int64(b.N) {
-					return
-				}
-				if err := op(ctx, i); err != nil {
-					once.Do(func() { b.Error(err) })
-					return
-				}
-			}
-		})
-	}
-	wg.Wait()
-	b.StopTimer()
-	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "msgs/s")
 }
 
 var _ redis.UniversalClient = (*redis.Client)(nil)

@@ -1,0 +1,88 @@
+package jetstream
+
+import (
+	"context"
+	"fmt"
+	"net/url"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/dedupq/dedupq"
+	"github.com/dedupq/dedupq/driver"
+)
+
+func init() { dedupq.Register(Scheme, URLOpener{}) }
+
+// URLOpener opens jetstream:// URLs; the package registers it under Scheme.
+// Each Topic and Subscription it opens dials its own connection, closed
+// with it.
+type URLOpener struct {
+	// Options are added to the connection options the opener uses (TLS,
+	// credentials, …). ReconnectBufSize is forced to -1 whatever they say
+	// (see NewTopic).
+	Options []nats.Option
+}
+
+// OpenTopic parses u, dials the server and opens a Topic.
+func (o URLOpener) OpenTopic(ctx context.Context, u *url.URL) (driver.Topic, error) {
+	server, cfg, err := ParseURL(u)
+	if err != nil {
+		return nil, err
+	}
+	nc, err := o.dial(ctx, server, u)
+	if err != nil {
+		return nil, err
+	}
+	t, err := newTopic(ctx, nc, cfg, true)
+	if err != nil {
+		nc.Close()
+		return nil, err
+	}
+	return t, nil
+}
+
+// OpenSubscription parses u, which must name a durable, dials the server
+// and opens a Subscription.
+func (o URLOpener) OpenSubscription(ctx context.Context, u *url.URL) (driver.Subscription, error) {
+	server, cfg, err := ParseURL(u)
+	if err != nil {
+		return nil, err
+	}
+	if cfg.Durable == "" {
+		return nil, &dedupq.ParamError{URL: u.Redacted(), Param: "durable",
+			Reason: "missing: consuming needs a durable consumer name, as in &durable=billing"}
+	}
+	nc, err := o.dial(ctx, server, u)
+	if err != nil {
+		return nil, err
+	}
+	s, err := newSubscription(ctx, nc, cfg, true)
+	if err != nil {
+		nc.Close()
+		return nil, err
+	}
+	return s, nil
+}
+
+// dial connects with the options every dedupq connection needs: no
+// reconnect buffer (see NewTopic), reconnecting forever (a publish during
+// a reconnect fails at once and is retried by the Publisher), and a
+// connect timeout within ctx.
+func (o URLOpener) dial(ctx context.Context, server string, u *url.URL) (*nats.Conn, error) {
+	timeout := 5 * time.Second
+	if dl, ok := ctx.Deadline(); ok {
+		timeout = min(timeout, max(time.Until(dl), time.Millisecond))
+	}
+	opts := append([]nats.Option{
+		nats.Name("dedupq"),
+		nats.Timeout(timeout),
+		nats.MaxReconnects(-1),
+	}, o.Options...)
+	opts = append(opts, nats.ReconnectBufSize(-1))
+	nc, err := nats.Connect(server, opts...)
+	if err != nil {
+		return nil, fmt.Errorf("jetstream: connecting to %s: %w", u.Redacted(), err)
+	}
+	return nc, nil
+}

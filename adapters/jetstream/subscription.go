@@ -1,0 +1,393 @@
+package jetstream
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/dedupq/dedupq/driver"
+	"github.com/dedupq/dedupq/window"
+)
+
+// DefaultAckWait is the server's AckWait for a consumer created without
+// one.
+const DefaultAckWait = 30 * time.Second
+
+// pollWait bounds one waiting pull. Short enough that an abandoned pull
+// leaves little behind, long enough that an idle consumer costs a request
+// every few seconds only.
+const pollWait = 5 * time.Second
+
+// settleTimeout bounds a settle call whose context has no deadline.
+const settleTimeout = 10 * time.Second
+
+// Subscription consumes a stream through a durable pull consumer. It
+// implements driver.Subscription and is safe for concurrent use.
+type Subscription struct {
+	nc      *nats.Conn
+	ownConn bool
+	js      jetstream.JetStream
+	stream  jetstream.Stream
+	cons    jetstream.Consumer
+	cfg     Config
+
+	mu      sync.Mutex
+	consCfg jetstream.ConsumerConfig // as last read from the server
+	closed  bool
+}
+
+var _ driver.Subscription = (*Subscription)(nil)
+
+// NewSubscription opens the durable pull consumer cfg.Durable on the stream
+// cfg.Stream, creating the stream if cfg.CreateStream and the durable if it
+// does not exist. An existing durable is used as it is, after checking
+// that it is a pull consumer with explicit acks and that AckWait,
+// MaxDeliver and BackOff match cfg where cfg sets them. nc stays the
+// caller's: Close leaves it open.
+func NewSubscription(ctx context.Context, nc *nats.Conn, cfg Config) (*Subscription, error) {
+	return newSubscription(ctx, nc, cfg, false)
+}
+
+func newSubscription(ctx context.Context, nc *nats.Conn, cfg Config, ownConn bool) (*Subscription, error) {
+	if err := cfg.validate(true); err != nil {
+		return nil, err
+	}
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return nil, fmt.Errorf("jetstream: %w", err)
+	}
+	stream, err := openStream(ctx, js, &cfg)
+	if err != nil {
+		return nil, err
+	}
+	cons, err := openConsumer(ctx, stream, cfg)
+	if err != nil {
+		return nil, err
+	}
+	return &Subscription{
+		nc: nc, ownConn: ownConn, js: js, stream: stream, cons: cons, cfg: cfg,
+		consCfg: cons.CachedInfo().Config,
+	}, nil
+}
+
+// openConsumer looks the durable up, creating it when it does not exist,
+// and checks it against cfg.
+func openConsumer(ctx context.Context, stream jetstream.Stream, cfg Config) (jetstream.Consumer, error) {
+	cons, err := stream.Consumer(ctx, cfg.Durable)
+	if errors.Is(err, jetstream.ErrConsumerNotFound) {
+		cons, err = stream.CreateConsumer(ctx, jetstream.ConsumerConfig{
+			Durable:    cfg.Durable,
+			AckPolicy:  jetstream.AckExplicitPolicy,
+			AckWait:    cfg.AckWait,
+			MaxDeliver: cfg.MaxDeliver,
+			BackOff:    cfg.BackOff,
+		})
+		if errors.Is(err, jetstream.ErrConsumerExists) {
+			// Created by another process meanwhile: use theirs.
+			cons, err = stream.Consumer(ctx, cfg.Durable)
+		}
+	}
+	if err != nil {
+		return nil, fmt.Errorf("jetstream: opening durable consumer %s on stream %s: %w", cfg.Durable, cfg.Stream, err)
+	}
+	c := cons.CachedInfo().Config
+	var problems []string
+	if c.DeliverSubject != "" {
+		problems = append(problems, "it is a push consumer; dedupq needs a pull consumer")
+	}
+	if c.AckPolicy != jetstream.AckExplicitPolicy {
+		problems = append(problems, fmt.Sprintf("its AckPolicy is %s; dedupq needs explicit acks", c.AckPolicy))
+	}
+	// With BackOff the server sets AckWait to its first entry.
+	if cfg.AckWait != 0 && len(cfg.BackOff) == 0 && c.AckWait != cfg.AckWait {
+		problems = append(problems, fmt.Sprintf("its AckWait is %s, not %s", c.AckWait, cfg.AckWait))
+	}
+	if cfg.MaxDeliver != 0 && c.MaxDeliver != cfg.MaxDeliver && !(cfg.MaxDeliver < 0 && c.MaxDeliver <= 0) {
+		problems = append(problems, fmt.Sprintf("its MaxDeliver is %d, not %d", c.MaxDeliver, cfg.MaxDeliver))
+	}
+	if cfg.BackOff != nil && !slices.Equal(c.BackOff, cfg.BackOff) {
+		problems = append(problems, fmt.Sprintf("its BackOff is %v, not %v", c.BackOff, cfg.BackOff))
+	}
+	if problems != nil {
+		return nil, fmt.Errorf("jetstream: durable consumer %s on stream %s does not fit: %s; change or delete it",
+			cfg.Durable, cfg.Stream, strings.Join(problems, "; "))
+	}
+	return cons, nil
+}
+
+// Receive returns up to n deliveries: those waiting now if any, else the
+// first to arrive. It returns ctx's error when ctx ends first.
+func (s *Subscription) Receive(ctx context.Context, n int) ([]*driver.Delivery, error) {
+	// A pull over the durable's MaxRequestBatch would be refused.
+	s.mu.Lock()
+	if limit := s.consCfg.MaxRequestBatch; limit > 0 {
+		n = min(n, limit)
+	}
+	s.mu.Unlock()
+	n = min(max(n, 1), 10000)
+	for {
+		if err := ctx.Err(); err != nil {
+			return nil, err
+		}
+		ds, err := s.fetchNoWait(n)
+		if len(ds) > 0 {
+			return ds, nil
+		}
+		if err != nil {
+			return nil, err
+		}
+		d, err := s.waitOne(ctx)
+		if d != nil {
+			return []*driver.Delivery{d}, nil
+		}
+		if err != nil {
+			return nil, err
+		}
+	}
+}
+
+// fetchNoWait takes what is waiting, up to n, without waiting.
+func (s *Subscription) fetchNoWait(n int) ([]*driver.Delivery, error) {
+	batch, err := s.cons.FetchNoWait(n)
+	if err != nil {
+		return nil, fmt.Errorf("jetstream: fetch: %w", err)
+	}
+	var ds []*driver.Delivery
+	for m := range batch.Messages() {
+		ds = append(ds, s.delivery(m))
+	}
+	if err := batch.Error(); err != nil && len(ds) == 0 {
+		return nil, fmt.Errorf("jetstream: fetch: %w", err)
+	}
+	return ds, nil
+}
+
+// waitOne waits, within one bounded pull, for a single message. It returns
+// nothing and no error when the pull expired empty.
+func (s *Subscription) waitOne(ctx context.Context) (*driver.Delivery, error) {
+	wait := pollWait
+	if dl, ok := ctx.Deadline(); ok {
+		wait = min(wait, max(time.Until(dl), time.Millisecond))
+	}
+	batch, err := s.cons.Fetch(1, jetstream.FetchMaxWait(wait))
+	if err != nil {
+		return nil, fmt.Errorf("jetstream: fetch: %w", err)
+	}
+	select {
+	case m, ok := <-batch.Messages():
+		if !ok {
+			if err := batch.Error(); err != nil {
+				return nil, fmt.Errorf("jetstream: fetch: %w", err)
+			}
+			return nil, nil
+		}
+		return s.delivery(m), nil
+	case <-ctx.Done():
+		// A message that is already here is worth handing out.
+		select {
+		case m, ok := <-batch.Messages():
+			if ok {
+				return s.delivery(m), nil
+			}
+		default:
+		}
+		// The pull is still open at the server, which may yet deliver on
+		// it. Give such a message back at once instead of leaving it to
+		// wait out its AckWait. The goroutine ends when the pull expires,
+		// within wait.
+		go func() {
+			for m := range batch.Messages() {
+				_ = m.Nak()
+			}
+		}()
+		return nil, ctx.Err()
+	}
+}
+
+// delivery wraps a consumed message.
+func (s *Subscription) delivery(m jetstream.Msg) *driver.Delivery {
+	d := &driver.Delivery{Message: fromNATS(s.cfg.Subject, m), Handle: m}
+	if meta, err := m.Metadata(); err == nil {
+		d.Attempt = int(meta.NumDelivered)
+		d.BackendID = strconv.FormatUint(meta.Sequence.Stream, 10)
+	}
+	d.Attempt = max(d.Attempt, 1)
+	s.mu.Lock()
+	d.Lease = hold(s.consCfg, d.Attempt)
+	s.mu.Unlock()
+	return d
+}
+
+// hold is how long the server holds delivery n before redelivering it:
+// BackOff[n-1] (the last entry repeating) when the consumer has BackOff,
+// else AckWait.
+func hold(c jetstream.ConsumerConfig, n int) time.Duration {
+	if l := len(c.BackOff); l > 0 {
+		return c.BackOff[min(max(n-1, 0), l-1)]
+	}
+	if c.AckWait > 0 {
+		return c.AckWait
+	}
+	return DefaultAckWait
+}
+
+func msgOf(d *driver.Delivery) (jetstream.Msg, error) {
+	if m, ok := d.Handle.(jetstream.Msg); ok && m != nil {
+		return m, nil
+	}
+	return nil, errors.New("jetstream: delivery was not received from this backend")
+}
+
+// withDeadline gives ctx a deadline if it has none, for client calls that
+// need one.
+func withDeadline(ctx context.Context) (context.Context, context.CancelFunc) {
+	if _, ok := ctx.Deadline(); ok {
+		return ctx, func() {}
+	}
+	return context.WithTimeout(ctx, settleTimeout)
+}
+
+// Ack double-acks d: it returns once the server confirmed the ack.
+func (s *Subscription) Ack(ctx context.Context, d *driver.Delivery) error {
+	m, err := msgOf(d)
+	if err != nil {
+		return err
+	}
+	if err := m.DoubleAck(ctx); err != nil {
+		return fmt.Errorf("jetstream: ack: %w", err)
+	}
+	return nil
+}
+
+// Nack returns d for redelivery: at once when delay is zero, else after
+// delay (plus, on a consumer with BackOff, the server's adjustment
+// described in the package doc).
+func (s *Subscription) Nack(ctx context.Context, d *driver.Delivery, delay time.Duration) error {
+	m, err := msgOf(d)
+	if err != nil {
+		return err
+	}
+	if delay > 0 {
+		err = m.NakWithDelay(delay)
+	} else {
+		err = m.Nak()
+	}
+	return s.flush(ctx, "nak", err)
+}
+
+// Terminate stops redelivery of d with Term, giving reason to servers that
+// take one (2.10.4 on; older ones would ignore a Term with a reason).
+func (s *Subscription) Terminate(ctx context.Context, d *driver.Delivery, reason error) error {
+	m, err := msgOf(d)
+	if err != nil {
+		return err
+	}
+	if reason != nil && serverAtLeast(s.nc.ConnectedServerVersion(), 2, 10, 4) {
+		// The reason travels in the ack payload on one line.
+		err = m.TermWithReason(strings.Join(strings.Fields(reason.Error()), " "))
+	} else {
+		err = m.Term()
+	}
+	return s.flush(ctx, "term", err)
+}
+
+// Extend sends InProgress, which restarts d's ack timer: the server then
+// holds it for its own hold time again (d.Lease), whatever by asks.
+func (s *Subscription) Extend(ctx context.Context, d *driver.Delivery, by time.Duration) error {
+	m, err := msgOf(d)
+	if err != nil {
+		return err
+	}
+	return s.flush(ctx, "in progress", m.InProgress())
+}
+
+// flush makes sure a fire-and-forget ack reached the server: a flush
+// returns after the server answered a ping sent behind it.
+func (s *Subscription) flush(ctx context.Context, op string, err error) error {
+	if err != nil {
+		return fmt.Errorf("jetstream: %s: %w", op, err)
+	}
+	ctx, cancel := withDeadline(ctx)
+	defer cancel()
+	if err := s.nc.FlushWithContext(ctx); err != nil {
+		return fmt.Errorf("jetstream: %s sent, but not confirmed to reach the server: %w", op, err)
+	}
+	return nil
+}
+
+// Window reads the stream's dedup window from the server.
+func (s *Subscription) Window(ctx context.Context) (window.Window, error) {
+	return streamWindow(ctx, s.js, s.stream)
+}
+
+// Redelivery reads the durable's settings from the server; see the package
+// doc for how they make the policy.
+func (s *Subscription) Redelivery(ctx context.Context) (window.RedeliveryPolicy, error) {
+	info, err := s.cons.Info(ctx)
+	if err != nil {
+		return window.RedeliveryPolicy{}, fmt.Errorf("jetstream: reading consumer info: %w", err)
+	}
+	s.mu.Lock()
+	s.consCfg = info.Config
+	s.mu.Unlock()
+	return redeliveryPolicy(info.Config), nil
+}
+
+// redeliveryPolicy is the worst-case policy of a consumer: every delivery
+// held for the longest hold the consumer has, nacks redelivering at once.
+func redeliveryPolicy(c jetstream.ConsumerConfig) window.RedeliveryPolicy {
+	longest := hold(c, 1)
+	for _, b := range c.BackOff {
+		longest = max(longest, b)
+	}
+	if c.AckWait > longest {
+		longest = c.AckWait
+	}
+	return window.RedeliveryPolicy{MaxDeliveries: max(c.MaxDeliver, 0), AckWait: longest}
+}
+
+// IsRetryable reports whether a Receive or settle error is transient.
+func (s *Subscription) IsRetryable(err error) bool { return isRetryable(err) }
+
+// Close releases the subscription, and the connection when the
+// subscription dialled it. The durable stays on the server.
+func (s *Subscription) Close() error {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return nil
+	}
+	s.closed = true
+	s.mu.Unlock()
+	if s.ownConn {
+		s.nc.Close()
+	}
+	return nil
+}
+
+// serverAtLeast compares a "major.minor.patch[-suffix]" version.
+func serverAtLeast(version string, want ...int) bool {
+	version, _, _ = strings.Cut(version, "-")
+	parts := strings.Split(version, ".")
+	for i, w := range want {
+		if i >= len(parts) {
+			return false
+		}
+		n, err := strconv.Atoi(parts[i])
+		if err != nil {
+			return false
+		}
+		if n != w {
+			return n > w
+		}
+	}
+	return true
+}
