@@ -18,7 +18,9 @@ func TestOpenErrors(t *testing.T) {
 		url   string
 		check func(error) bool
 	}{
-		{"kafka://broker/orders", func(err error) bool { return errors.Is(err, dedupq.ErrUnknownScheme) && strings.Contains(err.Error(), "mem") }},
+		{"kafka://broker/orders", func(err error) bool {
+			return errors.Is(err, dedupq.ErrUnknownScheme) && strings.Contains(err.Error(), "mem")
+		}},
 		{"orders", func(err error) bool { return err != nil && strings.Contains(err.Error(), "no scheme") }},
 		{"mem://%zz", func(err error) bool { return err != nil && strings.Contains(err.Error(), "malformed URL") }},
 		{"mem://open-errors?window=soon", func(err error) bool {
