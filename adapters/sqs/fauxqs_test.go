@@ -29,18 +29,11 @@ package sqs_test
 //   - It checks no signatures, so any static credentials work.
 
 import (
-	"bufio"
-	"bytes"
 	"context"
-	"errors"
 	"fmt"
-	"io"
 	"os"
-	"os/exec"
-	"path/filepath"
 	"regexp"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -49,6 +42,8 @@ import (
 	"github.com/aws/aws-sdk-go-v2/credentials"
 	awssqs "github.com/aws/aws-sdk-go-v2/service/sqs"
 	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
+
+	"github.com/dedupq/dedupq/localstack/fauxqs"
 )
 
 const testRegion = "us-east-1"
@@ -59,9 +54,6 @@ var (
 	fauxqsEndpoint string
 	fauxqsMissing  string
 )
-
-// toolDir is where localstack/fauxqs sits relative to this package.
-var toolDir = filepath.Join("..", "..", "localstack", "fauxqs")
 
 func TestMain(m *testing.M) {
 	// The SDK must never reach for real credentials or the EC2 metadata
@@ -93,111 +85,12 @@ func TestMain(m *testing.M) {
 
 // startFauxqs starts the emulator, or returns why it cannot.
 func startFauxqs() (stop func() error, err error) {
-	if ep := os.Getenv("FAUXQS_ENDPOINT"); ep != "" {
-		if err := waitReady(ep, 10*time.Second); err != nil {
-			return nil, fmt.Errorf("FAUXQS_ENDPOINT=%s: %w", ep, err)
-		}
-		fauxqsEndpoint = ep
-		return nil, nil
-	}
-	node, err := exec.LookPath("node")
-	if err != nil {
-		return nil, errors.New("node is not installed")
-	}
-	if _, err := os.Stat(filepath.Join(toolDir, "node_modules", "fauxqs", "package.json")); err != nil {
-		return nil, errors.New("fauxqs is not installed: run `npm ci --prefix localstack/fauxqs` in the repository root")
-	}
-	cmd := exec.Command(node, "start.mjs")
-	cmd.Dir = toolDir
-	cmd.Env = append(os.Environ(), "FAUXQS_PORT=0")
-	// start.mjs exits when its stdin closes, so an emulator cannot outlive
-	// a test binary that is killed.
-	stdin, err := cmd.StdinPipe()
+	e, err := fauxqs.Start()
 	if err != nil {
 		return nil, err
 	}
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		return nil, err
-	}
-	var stderr bytes.Buffer
-	cmd.Stderr = &syncWriter{w: &stderr}
-	if err := cmd.Start(); err != nil {
-		return nil, fmt.Errorf("starting fauxqs: %w", err)
-	}
-	exited := make(chan error, 1)
-	go func() { exited <- cmd.Wait() }()
-	stop = func() error {
-		stdin.Close()
-		select {
-		case <-exited:
-			return nil
-		case <-time.After(5 * time.Second):
-		}
-		_ = cmd.Process.Kill()
-		<-exited
-		return errors.New("fauxqs did not stop within 5s; killed")
-	}
-
-	ports := make(chan string, 1)
-	go func() {
-		sc := bufio.NewScanner(stdout)
-		re := regexp.MustCompile(`listening on port (\d+)`)
-		for sc.Scan() {
-			if m := re.FindStringSubmatch(sc.Text()); m != nil {
-				ports <- m[1]
-				break
-			}
-		}
-		_, _ = io.Copy(io.Discard, stdout)
-	}()
-	select {
-	case port := <-ports:
-		fauxqsEndpoint = "http://127.0.0.1:" + port
-	case err := <-exited:
-		exited <- err
-		stop()
-		return nil, fmt.Errorf("fauxqs exited at start (%v): %s", err, stderr.String())
-	case <-time.After(30 * time.Second):
-		stop()
-		return nil, fmt.Errorf("fauxqs printed no port within 30s: %s", stderr.String())
-	}
-	if err := waitReady(fauxqsEndpoint, 15*time.Second); err != nil {
-		stop()
-		return nil, fmt.Errorf("fauxqs at %s: %w: %s", fauxqsEndpoint, err, stderr.String())
-	}
-	return stop, nil
-}
-
-// waitReady polls the emulator with ListQueues until it answers.
-func waitReady(endpoint string, within time.Duration) error {
-	c := newClient(endpoint)
-	deadline := time.Now().Add(within)
-	tick := time.NewTicker(50 * time.Millisecond)
-	defer tick.Stop()
-	for {
-		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-		_, err := c.ListQueues(ctx, &awssqs.ListQueuesInput{})
-		cancel()
-		if err == nil {
-			return nil
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("not ready after %s: %w", within, err)
-		}
-		<-tick.C
-	}
-}
-
-type syncWriter struct {
-	mu sync.Mutex
-	w  io.Writer
-}
-
-func (s *syncWriter) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.w.Write(p)
+	fauxqsEndpoint = e.Endpoint
+	return e.Stop, nil
 }
 
 // newClient is an SQS client for the emulator with static credentials.

@@ -5,6 +5,7 @@
 //	go run ./examples/anybroker                      # mem://orders, in memory
 //	DEDUPQ_URL='jetstream://127.0.0.1:4222/ORDERS?subject=orders&durable=anybroker&create=true&maxdeliver=5' go run ./examples/anybroker
 //	DEDUPQ_URL='jetstream://embedded/ORDERS?subject=orders&durable=anybroker&create=true&maxdeliver=5' go run ./examples/anybroker
+//	DEDUPQ_URL='sqs://orders.fifo?region=us-east-1&endpoint=http://127.0.0.1:4566' go run ./examples/anybroker
 //
 // The host "embedded" starts a NATS server inside the process (package
 // adapters/jetstream/embedded), so the JetStream run needs no service
@@ -36,6 +37,7 @@ import (
 	_ "github.com/dedupq/dedupq/adapters/jetstream" // registers jetstream://
 	"github.com/dedupq/dedupq/adapters/jetstream/embedded"
 	_ "github.com/dedupq/dedupq/adapters/mem" // registers mem://
+	_ "github.com/dedupq/dedupq/adapters/sqs" // registers sqs://
 	"github.com/dedupq/dedupq/dedup"
 	"github.com/dedupq/dedupq/dedup/memstore"
 	"github.com/dedupq/dedupq/window"

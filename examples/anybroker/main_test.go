@@ -1,9 +1,10 @@
 package main
 
 // Runs the example unchanged on the in-memory broker, on an embedded NATS
-// server started in this process (the URL host "embedded"), and on the
-// local NATS server at 127.0.0.1:4222 (skipped when unreachable outside
-// CI, failed under CI).
+// server started in this process (the URL host "embedded"), on the local
+// NATS server at 127.0.0.1:4222, and on an SQS FIFO queue in the fauxqs
+// emulator (localstack/fauxqs) started by the test. The local server and
+// fauxqs are skipped when missing outside CI, and fail the test under CI.
 
 import (
 	"context"
@@ -14,8 +15,14 @@ import (
 	"testing"
 	"time"
 
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/credentials"
+	awssqs "github.com/aws/aws-sdk-go-v2/service/sqs"
+	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/dedupq/dedupq/localstack/fauxqs"
 )
 
 // deleteStream removes the example's stream from the shared local server.
@@ -34,6 +41,42 @@ func deleteStream(server, name string) {
 	_ = js.DeleteStream(ctx, name)
 }
 
+// sqsQueue starts fauxqs and creates a FIFO queue with a dead-letter
+// queue (so the redelivery span is bounded), returning the sqs:// URL.
+func sqsQueue(t *testing.T, name string) string {
+	t.Helper()
+	emu, err := fauxqs.Start()
+	switch {
+	case err == nil:
+		t.Cleanup(func() { _ = emu.Stop() })
+	case os.Getenv("CI") != "":
+		t.Fatalf("fauxqs cannot run under CI: %v", err)
+	default:
+		t.Skipf("fauxqs cannot run (%v); skipping outside CI", err)
+	}
+	t.Setenv("AWS_ACCESS_KEY_ID", "test")
+	t.Setenv("AWS_SECRET_ACCESS_KEY", "test")
+	t.Setenv("AWS_EC2_METADATA_DISABLED", "true")
+	c := awssqs.New(awssqs.Options{Region: "us-east-1", BaseEndpoint: aws.String(emu.Endpoint),
+		Credentials: credentials.NewStaticCredentialsProvider("test", "test", "")})
+	ctx := t.Context()
+	dlq, err := c.CreateQueue(ctx, &awssqs.CreateQueueInput{QueueName: aws.String(name + "-dlq.fifo"), Attributes: map[string]string{"FifoQueue": "true"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	arn, err := c.GetQueueAttributes(ctx, &awssqs.GetQueueAttributesInput{QueueUrl: dlq.QueueUrl, AttributeNames: []types.QueueAttributeName{types.QueueAttributeNameQueueArn}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	redrive := `{"deadLetterTargetArn":"` + arn.Attributes["QueueArn"] + `","maxReceiveCount":5}`
+	_, err = c.CreateQueue(ctx, &awssqs.CreateQueueInput{QueueName: aws.String(name + ".fifo"),
+		Attributes: map[string]string{"FifoQueue": "true", "VisibilityTimeout": "5", "RedrivePolicy": redrive}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return "sqs://" + name + ".fifo?region=us-east-1&endpoint=" + emu.Endpoint
+}
+
 func TestRunOnEveryBroker(t *testing.T) {
 	suffix := make([]byte, 4)
 	_, _ = rand.Read(suffix)
@@ -42,11 +85,13 @@ func TestRunOnEveryBroker(t *testing.T) {
 		name  string
 		url   string
 		local bool
+		url2  func(t *testing.T) string // when set, makes the URL
 	}{
-		{"mem defaults", "mem://example-" + id, false},
-		{"mem with window", "mem://example-w-" + id + "?window=2m&maxdeliveries=5", false},
-		{"jetstream embedded", "jetstream://embedded/EX" + id + "?subject=ex" + id + "&durable=example&create=true&maxdeliver=5&storage=memory", false},
-		{"jetstream local", "jetstream://127.0.0.1:4222/EX" + id + "?subject=ex" + id + "&durable=example&create=true&maxdeliver=5&storage=memory", true},
+		{"mem defaults", "mem://example-" + id, false, nil},
+		{"mem with window", "mem://example-w-" + id + "?window=2m&maxdeliveries=5", false, nil},
+		{"jetstream embedded", "jetstream://embedded/EX" + id + "?subject=ex" + id + "&durable=example&create=true&maxdeliver=5&storage=memory", false, nil},
+		{"jetstream local", "jetstream://127.0.0.1:4222/EX" + id + "?subject=ex" + id + "&durable=example&create=true&maxdeliver=5&storage=memory", true, nil},
+		{"sqs fauxqs", "", false, func(t *testing.T) string { return sqsQueue(t, "example-"+id) }},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -62,10 +107,14 @@ func TestRunOnEveryBroker(t *testing.T) {
 					t.Skipf("the local NATS server at 127.0.0.1:4222 is unreachable (%v); skipping outside CI", err)
 				}
 			}
+			url := tc.url
+			if tc.url2 != nil {
+				url = tc.url2(t)
+			}
 			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 			defer cancel()
-			if err := run(ctx, tc.url); err != nil {
-				t.Fatalf("run(%s): %v", tc.url, err)
+			if err := run(ctx, url); err != nil {
+				t.Fatalf("run(%s): %v", url, err)
 			}
 		})
 	}
