@@ -1,0 +1,586 @@
+package pubsub
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"time"
+
+	gpubsub "cloud.google.com/go/pubsub/v2"
+	pb "cloud.google.com/go/pubsub/v2/apiv1/pubsubpb"
+
+	"github.com/dedupq/dedupq/driver"
+	"github.com/dedupq/dedupq/window"
+)
+
+// maxTracked bounds the message IDs a Subscription remembers, for attempt
+// counting and for terminated messages.
+const maxTracked = 100_000
+
+// errSettled is matched by the error for settling a delivery that was
+// already settled another way.
+var errSettled = errors.New("delivery already settled")
+
+// SubscriptionInfo is what the adapter read from the subscription.
+type SubscriptionInfo struct {
+	// Name is the subscription's full resource name.
+	Name string
+	// Topic is the full name of the topic it receives from.
+	Topic string
+	// ExactlyOnce is EnableExactlyOnceDelivery: after a successful ack the
+	// message is not redelivered to this subscription, and acks are
+	// confirmed. When false, a message may be redelivered even after a
+	// successful ack.
+	ExactlyOnce bool
+	// Ordering is EnableMessageOrdering: messages with the same ordering
+	// key are delivered in publish order.
+	Ordering bool
+	// AckDeadline is AckDeadlineSeconds.
+	AckDeadline time.Duration
+	// MaxDeliveryAttempts is the dead-letter policy's; zero without one.
+	MaxDeliveryAttempts int
+	// DeadLetterTopic is the dead-letter policy's topic; empty without one.
+	DeadLetterTopic string
+	// MinBackoff and MaxBackoff are the retry policy's; both zero without
+	// one (redelivery at once).
+	MinBackoff, MaxBackoff time.Duration
+}
+
+// Pub/Sub's documented defaults for a retry policy's unset fields, and for
+// a dead-letter policy's MaxDeliveryAttempts.
+const (
+	defaultMinBackoff          = 10 * time.Second
+	defaultMaxBackoff          = 600 * time.Second
+	defaultMaxDeliveryAttempts = 5
+)
+
+func readSubscription(ctx context.Context, c *gpubsub.Client, name string) (SubscriptionInfo, error) {
+	s, err := c.SubscriptionAdminClient.GetSubscription(ctx, &pb.GetSubscriptionRequest{Subscription: name})
+	if err != nil {
+		return SubscriptionInfo{}, fmt.Errorf("dedupq/pubsub: reading subscription %s: %w", name, err)
+	}
+	return parseSubscription(s), nil
+}
+
+func parseSubscription(s *pb.Subscription) SubscriptionInfo {
+	info := SubscriptionInfo{
+		Name: s.GetName(), Topic: s.GetTopic(),
+		ExactlyOnce: s.GetEnableExactlyOnceDelivery(), Ordering: s.GetEnableMessageOrdering(),
+		AckDeadline: time.Duration(s.GetAckDeadlineSeconds()) * time.Second,
+	}
+	if info.AckDeadline <= 0 {
+		info.AckDeadline = minAckExtension
+	}
+	if dl := s.GetDeadLetterPolicy(); dl != nil && dl.GetDeadLetterTopic() != "" {
+		info.DeadLetterTopic = dl.GetDeadLetterTopic()
+		info.MaxDeliveryAttempts = int(dl.GetMaxDeliveryAttempts())
+		if info.MaxDeliveryAttempts <= 0 {
+			info.MaxDeliveryAttempts = defaultMaxDeliveryAttempts
+		}
+	}
+	if rp := s.GetRetryPolicy(); rp != nil {
+		info.MinBackoff, info.MaxBackoff = defaultMinBackoff, defaultMaxBackoff
+		if d := rp.GetMinimumBackoff(); d != nil {
+			info.MinBackoff = d.AsDuration()
+		}
+		if d := rp.GetMaximumBackoff(); d != nil {
+			info.MaxBackoff = d.AsDuration()
+		}
+	}
+	return info
+}
+
+// Window is the publish-side window of the subscription's topic: none.
+// ExactlyOnce says whether redelivery after a successful ack is ruled out.
+func (i SubscriptionInfo) Window() window.Window { return noWindow(i.Topic) }
+
+// lease is the ack deadline the client keeps on a message it holds.
+func lease(info SubscriptionInfo, o Options) time.Duration {
+	if o.AckExtension > 0 {
+		return o.AckExtension
+	}
+	l := max(info.AckDeadline, minAckExtension)
+	if info.ExactlyOnce {
+		l = max(l, exactlyOnceAckExtension)
+	}
+	return min(l, maxAckExtension)
+}
+
+// AckError says that an ack was not confirmed on an exactly-once
+// subscription: the message may be delivered again.
+type AckError struct {
+	// MessageID is Pub/Sub's message ID.
+	MessageID string
+	// Status is the service's answer.
+	Status gpubsub.AcknowledgeStatus
+	// Err is the client's error, if any.
+	Err error
+}
+
+func (e *AckError) Error() string {
+	return fmt.Sprintf("dedupq/pubsub: ack of message %s not confirmed: %s: %v", e.MessageID, statusName(e.Status), e.Err)
+}
+
+// Unwrap returns the client's error.
+func (e *AckError) Unwrap() error { return e.Err }
+
+func statusName(s gpubsub.AcknowledgeStatus) string {
+	switch s {
+	case gpubsub.AcknowledgeStatusSuccess:
+		return "success"
+	case gpubsub.AcknowledgeStatusPermissionDenied:
+		return "permission denied"
+	case gpubsub.AcknowledgeStatusFailedPrecondition:
+		return "failed precondition"
+	case gpubsub.AcknowledgeStatusInvalidAckID:
+		return "invalid ack ID (expired, or superseded by a redelivery)"
+	}
+	return "other"
+}
+
+// Subscription is a driver.Subscription that receives from one Pub/Sub
+// subscription. It is safe for concurrent use.
+type Subscription struct {
+	client     *gpubsub.Client
+	ownsClient bool
+	name       string
+	opts       Options
+	lease      time.Duration
+	sub        *gpubsub.Subscriber
+	// ch carries messages from the client's callbacks to Receive.
+	ch      chan *inflight
+	closing chan struct{}
+
+	mu       sync.Mutex
+	info     SubscriptionInfo
+	closed   bool
+	run      *receiveRun
+	seen     map[string]int      // deliveries per message ID, without DeliveryAttempt
+	poisoned map[string]struct{} // terminated message IDs, awaiting dead-lettering
+}
+
+var _ driver.Subscription = (*Subscription)(nil)
+
+// receiveRun is one background call of the client's Subscriber.Receive.
+type receiveRun struct {
+	cancel context.CancelFunc
+	done   chan struct{}
+	err    error // set before done is closed
+}
+
+// inflight is one message between the client's callback and its settlement.
+type inflight struct {
+	m        *gpubsub.Message
+	received time.Time
+	once     sync.Once
+	done     chan struct{}
+	// op and ack are set inside once: read them only after once.Do.
+	op  string
+	ack *gpubsub.AckResult
+}
+
+// settle runs f as the delivery's one settlement, named op, unless it was
+// settled before, and returns the op that settled it.
+func (it *inflight) settle(op string, f func()) string {
+	it.once.Do(func() {
+		it.op = op
+		f()
+		close(it.done)
+	})
+	return it.op
+}
+
+// OpenSubscription opens subscription (an ID in the client's project, or
+// projects/P/subscriptions/ID) for receiving, reading its settings first.
+// The caller keeps ownership of client. Receiving starts with the first
+// Receive.
+func OpenSubscription(ctx context.Context, client *gpubsub.Client, subscription string, opts *Options) (*Subscription, error) {
+	return openSubscription(ctx, client, false, subscription, opts)
+}
+
+func openSubscription(ctx context.Context, client *gpubsub.Client, owns bool, subscription string, opts *Options) (*Subscription, error) {
+	o, err := opts.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	name, err := fullName(client.Project(), "subscriptions", subscription)
+	if err != nil {
+		return nil, err
+	}
+	info, err := readSubscription(ctx, client, name)
+	if err != nil {
+		return nil, err
+	}
+	s := &Subscription{
+		client: client, ownsClient: owns, name: name, opts: o, lease: lease(info, o),
+		sub: client.Subscriber(name), ch: make(chan *inflight), closing: make(chan struct{}),
+		info: info, seen: map[string]int{}, poisoned: map[string]struct{}{},
+	}
+	// Every extension is exactly the lease, so that the lease the
+	// Subscription reports is the one a dead holder leaves behind.
+	s.sub.ReceiveSettings = gpubsub.ReceiveSettings{
+		MaxExtension:               o.MaxExtension,
+		MaxDurationPerAckExtension: s.lease,
+		MinDurationPerAckExtension: s.lease,
+		MaxOutstandingMessages:     o.MaxOutstandingMessages,
+		NumGoroutines:              1,
+	}
+	return s, nil
+}
+
+// Info is the subscription's settings as last read.
+func (s *Subscription) Info() SubscriptionInfo {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.info
+}
+
+func (s *Subscription) refresh(ctx context.Context) (SubscriptionInfo, error) {
+	info, err := readSubscription(ctx, s.client, s.name)
+	if err != nil {
+		return SubscriptionInfo{}, err
+	}
+	s.mu.Lock()
+	s.info = info
+	s.mu.Unlock()
+	return info, nil
+}
+
+// Window reads the subscription again and reports its topic's window:
+// none. Info().ExactlyOnce says whether acked messages can come back.
+func (s *Subscription) Window(ctx context.Context) (window.Window, error) {
+	info, err := s.refresh(ctx)
+	if err != nil {
+		return window.Window{}, err
+	}
+	return info.Window(), nil
+}
+
+// Redelivery reads the subscription again and reports its redelivery
+// policy: the dead-letter policy's MaxDeliveryAttempts (unlimited without
+// one), the lease the client keeps as AckWait, and the retry policy's
+// maximum backoff before each redelivery (none without a retry policy).
+func (s *Subscription) Redelivery(ctx context.Context) (window.RedeliveryPolicy, error) {
+	info, err := s.refresh(ctx)
+	if err != nil {
+		return window.RedeliveryPolicy{}, err
+	}
+	r := window.RedeliveryPolicy{MaxDeliveries: info.MaxDeliveryAttempts, AckWait: s.lease}
+	if info.MaxBackoff > 0 {
+		r.Backoff = []time.Duration{info.MaxBackoff}
+	}
+	return r, nil
+}
+
+// IsRetryable is the package's IsRetryable.
+func (s *Subscription) IsRetryable(err error) bool { return IsRetryable(err) }
+
+// current returns the background receive, starting one if none runs. A
+// receive that ended on its own reports its error once; the next call
+// starts a new one.
+func (s *Subscription) current() (*receiveRun, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return nil, ErrClosed
+	}
+	if r := s.run; r != nil {
+		select {
+		case <-r.done:
+			s.run = nil
+			return nil, r.err
+		default:
+			return r, nil
+		}
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	r := &receiveRun{cancel: cancel, done: make(chan struct{})}
+	s.run = r
+	go func() {
+		defer close(r.done)
+		r.err = s.sub.Receive(ctx, s.callback)
+		if r.err == nil && ctx.Err() == nil {
+			r.err = errors.New("dedupq/pubsub: the client's receive ended without an error")
+		}
+		if r.err != nil {
+			r.err = fmt.Errorf("dedupq/pubsub: receiving from %s: %w", s.name, r.err)
+		}
+	}()
+	return r, nil
+}
+
+// ended reports the end of r to one Receive and forgets it.
+func (s *Subscription) ended(r *receiveRun) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return ErrClosed
+	}
+	if s.run == r {
+		s.run = nil
+	}
+	if r.err == nil {
+		return ErrClosed
+	}
+	return r.err
+}
+
+// callback is the client's Receive callback: it hands m to Receive and then
+// holds it until it is settled, so that the client neither settles it nor
+// hands out the next message of an ordered key meanwhile.
+func (s *Subscription) callback(ctx context.Context, m *gpubsub.Message) {
+	if s.isPoisoned(m.ID) {
+		m.Nack()
+		return
+	}
+	it := &inflight{m: m, received: time.Now(), done: make(chan struct{})}
+	select {
+	case s.ch <- it:
+	case <-ctx.Done():
+		m.Nack()
+		return
+	case <-s.closing:
+		m.Nack()
+		return
+	}
+	select {
+	case <-it.done:
+	case <-s.closing:
+		it.settle("nack", m.Nack)
+	}
+}
+
+// Receive waits for the first message the client hands over, then takes
+// whatever else is waiting, up to maxMessages.
+func (s *Subscription) Receive(ctx context.Context, maxMessages int) ([]*driver.Delivery, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	r, err := s.current()
+	if err != nil {
+		return nil, err
+	}
+	var its []*inflight
+	select {
+	case it := <-s.ch:
+		its = append(its, it)
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	case <-r.done:
+		return nil, s.ended(r)
+	case <-s.closing:
+		return nil, ErrClosed
+	}
+more:
+	for len(its) < max(maxMessages, 1) {
+		select {
+		case it := <-s.ch:
+			its = append(its, it)
+		default:
+			break more
+		}
+	}
+	ds := make([]*driver.Delivery, len(its))
+	for i, it := range its {
+		ds[i] = s.delivery(it)
+	}
+	return ds, nil
+}
+
+func (s *Subscription) delivery(it *inflight) *driver.Delivery {
+	m := it.m
+	id := m.Attributes[AttrID]
+	if id == "" {
+		id = m.ID
+	}
+	var attrs map[string]string
+	for k, v := range m.Attributes {
+		if strings.HasPrefix(k, ReservedAttrPrefix) {
+			continue
+		}
+		if attrs == nil {
+			attrs = make(map[string]string, len(m.Attributes))
+		}
+		attrs[k] = v
+	}
+	return &driver.Delivery{
+		Message:   driver.Message{ID: id, Body: m.Data, Attributes: attrs, GroupKey: m.OrderingKey},
+		Attempt:   s.attempt(m),
+		BackendID: m.ID,
+		Lease:     s.lease,
+		Handle:    it,
+	}
+}
+
+// attempt is DeliveryAttempt where Pub/Sub gives it (only with a
+// dead-letter policy), else this Subscription's own count.
+func (s *Subscription) attempt(m *gpubsub.Message) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	n, ok := s.seen[m.ID]
+	if !ok && len(s.seen) >= maxTracked {
+		for k := range s.seen { // evict an arbitrary entry
+			delete(s.seen, k)
+			break
+		}
+	}
+	n++
+	s.seen[m.ID] = n
+	if m.DeliveryAttempt != nil && *m.DeliveryAttempt > 0 {
+		return *m.DeliveryAttempt
+	}
+	return n
+}
+
+func (s *Subscription) forget(id string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	delete(s.seen, id)
+}
+
+func (s *Subscription) poison(id string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	delete(s.seen, id)
+	if len(s.poisoned) >= maxTracked {
+		for k := range s.poisoned {
+			delete(s.poisoned, k)
+			break
+		}
+	}
+	s.poisoned[id] = struct{}{}
+}
+
+func (s *Subscription) isPoisoned(id string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	_, ok := s.poisoned[id]
+	return ok
+}
+
+func handle(d *driver.Delivery) (*inflight, error) {
+	it, ok := d.Handle.(*inflight)
+	if !ok || it == nil {
+		return nil, fmt.Errorf("dedupq/pubsub: delivery %s was not received by this adapter", d.BackendID)
+	}
+	return it, nil
+}
+
+// Ack acknowledges d with AckWithResult and waits for the result, which on
+// an exactly-once subscription is the service's confirmation: any status
+// but Success is an *AckError. Calling Ack again waits for the same result.
+func (s *Subscription) Ack(ctx context.Context, d *driver.Delivery) error {
+	it, err := handle(d)
+	if err != nil {
+		return err
+	}
+	if op := it.settle("ack", func() { it.ack = it.m.AckWithResult() }); op != "ack" {
+		return fmt.Errorf("dedupq/pubsub: ack of message %s: %w (%s)", it.m.ID, errSettled, op)
+	}
+	if err := s.wait(ctx, it); err != nil {
+		return err
+	}
+	s.forget(it.m.ID)
+	return nil
+}
+
+// wait waits for it's ack result.
+func (s *Subscription) wait(ctx context.Context, it *inflight) error {
+	st, err := it.ack.Get(ctx)
+	if err != nil && ctx.Err() != nil {
+		return fmt.Errorf("dedupq/pubsub: waiting for the ack of message %s: %w", it.m.ID, ctx.Err())
+	}
+	if st != gpubsub.AcknowledgeStatusSuccess || err != nil {
+		return &AckError{MessageID: it.m.ID, Status: st, Err: err}
+	}
+	return nil
+}
+
+// Nack makes d available for redelivery at once, subject to the
+// subscription's retry policy; Pub/Sub has no per-message delay, so delay is
+// ignored.
+func (s *Subscription) Nack(_ context.Context, d *driver.Delivery, _ time.Duration) error {
+	it, err := handle(d)
+	if err != nil {
+		return err
+	}
+	if op := it.settle("nack", it.m.Nack); op != "nack" {
+		return fmt.Errorf("dedupq/pubsub: nack of message %s: %w (%s)", it.m.ID, errSettled, op)
+	}
+	return nil
+}
+
+// Terminate stops d reaching a handler again. With a dead-letter policy it
+// nacks d and nacks each redelivery to this Subscription unseen, until
+// Pub/Sub forwards the message to the dead-letter topic; without one it
+// acks d, dropping it. See the package doc.
+func (s *Subscription) Terminate(ctx context.Context, d *driver.Delivery, _ error) error {
+	it, err := handle(d)
+	if err != nil {
+		return err
+	}
+	if s.Info().DeadLetterTopic != "" {
+		s.poison(it.m.ID)
+		if op := it.settle("terminate", it.m.Nack); op != "terminate" {
+			return fmt.Errorf("dedupq/pubsub: terminate of message %s: %w (%s)", it.m.ID, errSettled, op)
+		}
+		return nil
+	}
+	if op := it.settle("terminate", func() { it.ack = it.m.AckWithResult() }); op != "terminate" {
+		return fmt.Errorf("dedupq/pubsub: terminate of message %s: %w (%s)", it.m.ID, errSettled, op)
+	}
+	if it.ack == nil {
+		return nil // a dead-letter policy appeared after the first call
+	}
+	if err := s.wait(ctx, it); err != nil {
+		return err
+	}
+	s.forget(it.m.ID)
+	return nil
+}
+
+// Extend sends nothing: the client extends the lease of every message it
+// holds until it is settled or Options.MaxExtension has passed since
+// receipt. Extend returns nil while that covers by, and an error once it
+// would not (the lease then lapses and the message is redelivered).
+func (s *Subscription) Extend(_ context.Context, d *driver.Delivery, by time.Duration) error {
+	it, err := handle(d)
+	if err != nil {
+		return err
+	}
+	select {
+	case <-it.done:
+		return fmt.Errorf("dedupq/pubsub: extend of message %s: %w", it.m.ID, errSettled)
+	default:
+	}
+	if held := time.Since(it.received); held+by > s.opts.MaxExtension {
+		return fmt.Errorf("dedupq/pubsub: message %s has been held %s; the client stops extending its lease at MaxExtension %s",
+			it.m.ID, held.Round(time.Second), s.opts.MaxExtension)
+	}
+	return nil
+}
+
+// Close nacks every message not yet settled — those waiting for Receive
+// and those handed out — stops receiving, and closes the client if the
+// Subscription made it.
+func (s *Subscription) Close() error {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return ErrClosed
+	}
+	s.closed = true
+	close(s.closing)
+	r := s.run
+	s.mu.Unlock()
+	if r != nil {
+		r.cancel()
+		<-r.done
+	}
+	if s.ownsClient {
+		return s.client.Close()
+	}
+	return nil
+}

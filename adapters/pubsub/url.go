@@ -1,0 +1,185 @@
+package pubsub
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/url"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	gpubsub "cloud.google.com/go/pubsub/v2"
+	"google.golang.org/api/option"
+
+	"github.com/dedupq/dedupq"
+	"github.com/dedupq/dedupq/driver"
+)
+
+// Scheme is the URL scheme the package registers.
+const Scheme = "pubsub"
+
+func init() { dedupq.Register(Scheme, &URLOpener{}) }
+
+// URLOpener opens pubsub:// URLs; the package registers one with the
+// default mux. The host is the project and the path one resource ID:
+//
+//	pubsub://my-project/orders          publishers: topic "orders"; consumers: subscription "orders"
+//
+// Parameters (all optional):
+//
+//	emulator          host:port of a Pub/Sub emulator (no TLS, no credentials); without it
+//	                  the client honours PUBSUB_EMULATOR_HOST, else the real service with the
+//	                  standard Google credentials chain
+//	publish_timeout   Options.PublishTimeout, a Go duration ("30s")
+//	ack_extension     Options.AckExtension, a Go duration from 10s to 600s
+//	max_extension     Options.MaxExtension ("1h")
+//	max_outstanding   Options.MaxOutstandingMessages, a positive integer
+//
+// A URL never carries credentials. A missing or malformed part is reported
+// as a *dedupq.ParamError. Each opened driver has its own client (made by
+// NewClient) and closes it.
+type URLOpener struct {
+	// ClientOptions are passed to NewClient after the opener's own.
+	ClientOptions []option.ClientOption
+}
+
+// OpenTopic opens a Topic for the topic the URL names.
+func (o *URLOpener) OpenTopic(ctx context.Context, u *url.URL) (driver.Topic, error) {
+	c, id, opts, err := o.open(ctx, u)
+	if err != nil {
+		return nil, err
+	}
+	t, err := openTopic(ctx, c, true, id, opts)
+	if err != nil {
+		return nil, errors.Join(err, c.Close())
+	}
+	return t, nil
+}
+
+// OpenSubscription opens a Subscription for the subscription the URL names.
+func (o *URLOpener) OpenSubscription(ctx context.Context, u *url.URL) (driver.Subscription, error) {
+	c, id, opts, err := o.open(ctx, u)
+	if err != nil {
+		return nil, err
+	}
+	s, err := openSubscription(ctx, c, true, id, opts)
+	if err != nil {
+		return nil, errors.Join(err, c.Close())
+	}
+	return s, nil
+}
+
+func (o *URLOpener) open(ctx context.Context, u *url.URL) (*gpubsub.Client, string, *Options, error) {
+	cfg, err := ParseURL(u)
+	if err != nil {
+		return nil, "", nil, err
+	}
+	c, err := NewClient(ctx, cfg.Project, cfg.Emulator, o.ClientOptions...)
+	if err != nil {
+		return nil, "", nil, err
+	}
+	return c, cfg.ID, &cfg.Options, nil
+}
+
+// URLConfig is what a pubsub:// URL says.
+type URLConfig struct {
+	// Project is the Google Cloud project.
+	Project string
+	// ID is the topic ID (for publishers) or subscription ID (for
+	// consumers).
+	ID string
+	// Emulator is the emulator's host:port; empty means none named.
+	Emulator string
+	// Options are the driver options the parameters set.
+	Options Options
+}
+
+var (
+	// Project IDs are 6–30 characters; emulators take shorter ones, so only
+	// the alphabet is checked.
+	projectRE = regexp.MustCompile(`^[a-z0-9][a-z0-9-]*$`)
+	// Topic and subscription IDs: 3–255 characters, starting with a
+	// letter, not with "goog".
+	resourceRE  = regexp.MustCompile(`^[A-Za-z][A-Za-z0-9._~+%-]{2,254}$`)
+	knownParams = []string{"emulator", "publish_timeout", "ack_extension", "max_extension", "max_outstanding"}
+)
+
+// ParseURL reads a pubsub:// URL without contacting anything.
+func ParseURL(u *url.URL) (URLConfig, error) {
+	raw := u.Redacted()
+	bad := func(param, format string, args ...any) error {
+		return &dedupq.ParamError{URL: raw, Param: param, Reason: fmt.Sprintf(format, args...)}
+	}
+	var cfg URLConfig
+	if u.Scheme != Scheme {
+		return cfg, bad("scheme", "want %q, got %q", Scheme, u.Scheme)
+	}
+	if u.User != nil {
+		return cfg, bad("credentials", "a pubsub URL never carries credentials: they come from the standard Google chain (GOOGLE_APPLICATION_CREDENTIALS, gcloud, metadata server)")
+	}
+	if u.Port() != "" {
+		return cfg, bad("project", "the host is the project, not a server: give an emulator's address as ?emulator=HOST:PORT")
+	}
+	cfg.Project = u.Hostname()
+	if !projectRE.MatchString(cfg.Project) {
+		return cfg, bad("project", "%q is not a project ID (lowercase letters, digits and hyphens): use pubsub://PROJECT/ID", cfg.Project)
+	}
+	cfg.ID = strings.TrimPrefix(u.Path, "/")
+	switch {
+	case cfg.ID == "":
+		return cfg, bad("id", "missing topic or subscription ID: use pubsub://PROJECT/ID")
+	case strings.Contains(cfg.ID, "/"):
+		return cfg, bad("id", "%q: the path is one topic or subscription ID, without slashes", cfg.ID)
+	case !resourceRE.MatchString(cfg.ID) || strings.HasPrefix(cfg.ID, "goog"):
+		return cfg, bad("id", "%q is not a Pub/Sub ID (3–255 characters: letters, digits, . _ ~ + %% -, starting with a letter, not with goog)", cfg.ID)
+	}
+	q, err := url.ParseQuery(u.RawQuery)
+	if err != nil {
+		return cfg, bad("query", "malformed: %v", err)
+	}
+	for k, v := range q {
+		if !slices.Contains(knownParams, k) {
+			return cfg, bad(k, "unknown parameter (known: %s)", strings.Join(knownParams, ", "))
+		}
+		if len(v) != 1 {
+			return cfg, bad(k, "given %d times", len(v))
+		}
+	}
+	if q.Has("emulator") {
+		cfg.Emulator = q.Get("emulator")
+		if host, port, err := net.SplitHostPort(cfg.Emulator); err != nil || host == "" || port == "" {
+			return cfg, bad("emulator", "%q is not HOST:PORT", cfg.Emulator)
+		}
+	}
+	durations := []struct {
+		name     string
+		dst      *time.Duration
+		min, max time.Duration
+	}{
+		{"publish_timeout", &cfg.Options.PublishTimeout, time.Millisecond, 24 * time.Hour},
+		{"ack_extension", &cfg.Options.AckExtension, minAckExtension, maxAckExtension},
+		{"max_extension", &cfg.Options.MaxExtension, time.Second, 7 * 24 * time.Hour},
+	}
+	for _, d := range durations {
+		if !q.Has(d.name) {
+			continue
+		}
+		v, err := time.ParseDuration(q.Get(d.name))
+		if err != nil || v < d.min || v > d.max {
+			return cfg, bad(d.name, "%q is not a duration between %s and %s", q.Get(d.name), d.min, d.max)
+		}
+		*d.dst = v
+	}
+	if q.Has("max_outstanding") {
+		n, err := strconv.Atoi(q.Get("max_outstanding"))
+		if err != nil || n <= 0 {
+			return cfg, bad("max_outstanding", "%q is not a positive integer", q.Get("max_outstanding"))
+		}
+		cfg.Options.MaxOutstandingMessages = n
+	}
+	return cfg, nil
+}
