@@ -25,8 +25,11 @@
 // is free: Claim takes it over in place, and Sweep deletes it.
 //
 // Claim is one INSERT … ON CONFLICT DO UPDATE … WHERE expires_at <= now():
-// the primary key makes it atomic across any number of processes. Complete,
-// Extend and Release act only on the row that carries the caller's token.
+// the primary key makes it atomic across any number of processes. A key the
+// statement's snapshot already shows live is answered from it without
+// taking the row's lock, so duplicates cost no commit flush and never hold
+// up the holder's completion. Complete, Extend and Release act only on the
+// row that carries the caller's token.
 // Claims and completions made at the same time by concurrent deliveries are
 // sent as one statement over arrays (see Options.MaxBatch), so a busy
 // consumer pays one round trip and one commit for many keys.
@@ -195,12 +198,25 @@ func tableIdent(table string) (string, error) {
 
 func (s *Store) prepareSQL() {
 	r := strings.NewReplacer("{T}", s.table)
+	// A key that the statement's snapshot shows live (in progress or
+	// completed) is answered from that snapshot without being offered to
+	// the INSERT: ON CONFLICT DO UPDATE locks the conflicting row even when
+	// its WHERE refuses the update, and that lock takes a transaction id, a
+	// WAL record and, with durable claims, a disk flush before the commit
+	// lets go of it. The redeliveries of a key in progress would then queue
+	// their holder's completion behind their flushes, and a batch of
+	// duplicates would cost a commit for nothing. The answer is the key's
+	// state when the statement began, which is within the call. Keys that
+	// the snapshot shows free or does not show (written since) go through
+	// ON CONFLICT, which decides on the latest row version as before.
 	s.claimSQL = r.Replace(`WITH req AS (
 	SELECT * FROM unnest($2::text[], $3::text[], $4::text[], $5::bigint[]) AS r(key, token, fp, lease_us)
 ), ins AS (
 	INSERT INTO {T} AS d (namespace, key, token, fingerprint, completed, locked_until, expires_at, result)
 	SELECT $1, key, token, fp, false, now() + lease_us * interval '1 microsecond', now() + lease_us * interval '1 microsecond', NULL
-	FROM req ORDER BY key
+	FROM req
+	WHERE (SELECT l.expires_at > now() FROM {T} l WHERE l.namespace = $1 AND l.key = req.key) IS NOT TRUE
+	ORDER BY key
 	ON CONFLICT (namespace, key) DO UPDATE
 	SET token = excluded.token, fingerprint = excluded.fingerprint, completed = false,
 		locked_until = excluded.locked_until, expires_at = excluded.expires_at, result = NULL

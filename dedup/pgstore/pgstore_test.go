@@ -202,6 +202,52 @@ func TestUnreachableIsStoreUnavailable(t *testing.T) {
 	}
 }
 
+// A claim that finds its key in progress or completed answers without
+// locking the row: were it to lock it, as ON CONFLICT DO UPDATE does even
+// when its WHERE refuses the update, the redeliveries of a key in progress
+// would queue its holder's completion behind their commits (and their disk
+// flushes). Here another transaction holds the row lock; the claims must
+// answer while it does, and the holder's completion must not be needed.
+func TestClaimOfLiveKeyTakesNoRowLock(t *testing.T) {
+	pool := connect(t, 4)
+	ctx := context.Background()
+	table := newTable(t, pool)
+	s := newStore(t, pool, pgstore.Options{Table: table})
+	done, err := s.Claim(ctx, "done", "fp-done", time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Complete(ctx, "done", done.Token, time.Hour, []byte("r")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Claim(ctx, "busy", "fp-busy", time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	tx, err := pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = tx.Rollback(ctx) }()
+	if _, err := tx.Exec(ctx, "SELECT 1 FROM "+table+" WHERE key IN ('done', 'busy') FOR UPDATE"); err != nil {
+		t.Fatal(err)
+	}
+	cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	for _, tc := range []struct {
+		key  string
+		want dedup.State
+		fp   string
+	}{{"done", dedup.Completed, "fp-done"}, {"busy", dedup.InProgress, "fp-busy"}} {
+		c, err := s.Claim(cctx, tc.key, "fp-other", time.Hour)
+		if err != nil {
+			t.Fatalf("Claim of %s while another transaction locks its row: %v", tc.want, err)
+		}
+		if c.State != tc.want || c.Fingerprint != tc.fp {
+			t.Fatalf("Claim = %s with fingerprint %q, want %s with %q", c.State, c.Fingerprint, tc.want, tc.fp)
+		}
+	}
+}
+
 func TestSweep(t *testing.T) {
 	pool := connect(t, 8)
 	ctx := context.Background()

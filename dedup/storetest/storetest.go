@@ -414,7 +414,13 @@ var cases = []testCase{
 		k := h.key()
 		n := h.cfg.racers
 		var runs, skipped atomic.Int32
+		// How long each run's Claim and Complete took, for the failure
+		// message: a winner slow to complete (a store that keeps it busy
+		// answering the other deliveries, say) shows here.
+		var mu sync.Mutex
+		var timings []string
 		start := make(chan struct{})
+		began := time.Now()
 		errs := make(chan error, n)
 		var wg sync.WaitGroup
 		deadline := time.Now().Add(30 * time.Second)
@@ -422,6 +428,7 @@ var cases = []testCase{
 			wg.Go(func() {
 				<-start
 				for time.Now().Before(deadline) {
+					t0 := time.Now()
 					c, err := h.s.Claim(h.ctx, k, "fp", h.cfg.hold)
 					if err != nil {
 						errs <- err
@@ -430,9 +437,15 @@ var cases = []testCase{
 					switch c.State {
 					case dedup.Acquired:
 						runs.Add(1)
-						if err := h.s.Complete(h.ctx, k, c.Token, h.cfg.ttl, nil); err != nil {
+						t1 := time.Now()
+						err := h.s.Complete(h.ctx, k, c.Token, h.cfg.ttl, nil)
+						if err != nil {
 							errs <- err
 						}
+						mu.Lock()
+						timings = append(timings, fmt.Sprintf("claimed at %s in %s, completed in %s",
+							t0.Sub(began).Round(time.Millisecond), t1.Sub(t0).Round(time.Millisecond), time.Since(t1).Round(time.Millisecond)))
+						mu.Unlock()
 						return
 					case dedup.Completed:
 						skipped.Add(1)
@@ -453,7 +466,7 @@ var cases = []testCase{
 			h.Errorf("delivery: %v", err)
 		}
 		if runs.Load() != 1 || int(skipped.Load()) != n-1 {
-			h.Fatalf("%d concurrent deliveries: handler ran %d times, %d skipped; want 1 and %d", n, runs.Load(), skipped.Load(), n-1)
+			h.Fatalf("%d concurrent deliveries: handler ran %d times, %d skipped; want 1 and %d (runs: %v)", n, runs.Load(), skipped.Load(), n-1, timings)
 		}
 	}},
 	{"CancelledContext", func(h *harness) {
