@@ -7,11 +7,19 @@ package pubsub_test
 // Without the emulator, tests that need it skip with a message, unless CI is
 // set, when they fail: it is installed on this project's machines, so CI
 // must not go green without it.
+//
+// pstest runs in a child process (this test binary, re-executed): pstest
+// v2.8.1 has data races of its own (ModifyAckDeadline writes a message that
+// its StreamingPull send loop is marshalling), which `go test -race` would
+// pin on whichever of our tests was running. In the child they are logged
+// to a file instead, while the adapter under test stays race-checked here.
 
 import (
+	"bufio"
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"os"
 	"os/exec"
@@ -42,17 +50,67 @@ var (
 	pstestAddr   string
 )
 
+// childEnv marks the re-executed test binary that only serves pstest.
+const childEnv = "DEDUPQ_PSTEST_CHILD"
+
 func TestMain(m *testing.M) {
+	if os.Getenv(childEnv) != "" {
+		servePstest()
+		return
+	}
+	addr, stopPstest, err := startPstest()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "adapters/pubsub: starting pstest:", err)
+		os.Exit(1)
+	}
+	pstestAddr = addr
+	stop := startEmulator()
+	code := m.Run()
+	stop()
+	stopPstest()
+	os.Exit(code)
+}
+
+// servePstest runs in the child: it serves pstest, prints its address and
+// exits when its standard input closes (so it cannot outlive the parent).
+func servePstest() {
 	// pstest refuses ack deadlines under 10 s unless told otherwise; the
 	// suite's negative checks wait out the lease, so keep it short.
 	pstest.SetMinAckDeadline(time.Second)
 	srv := pstest.NewServer()
-	pstestAddr = srv.Addr
-	stop := startEmulator()
-	code := m.Run()
-	stop()
+	fmt.Println(srv.Addr)
+	_, _ = io.Copy(io.Discard, os.Stdin)
 	srv.Close()
-	os.Exit(code)
+}
+
+// startPstest re-executes this test binary as a pstest server.
+func startPstest() (addr string, stop func(), err error) {
+	exe, err := os.Executable()
+	if err != nil {
+		return "", nil, err
+	}
+	cmd := exec.Command(exe)
+	cmd.Env = append(os.Environ(), childEnv+"=1",
+		"GORACE=exitcode=0 log_path="+filepath.Join(os.TempDir(), "dedupq-pstest-race"))
+	cmd.Stderr = os.Stderr
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		return "", nil, err
+	}
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		return "", nil, err
+	}
+	if err := cmd.Start(); err != nil {
+		return "", nil, err
+	}
+	stop = func() { stdin.Close(); _ = cmd.Wait() }
+	line, err := bufio.NewReader(stdout).ReadString('\n')
+	if err != nil {
+		stop()
+		return "", nil, fmt.Errorf("pstest child printed no address: %w", err)
+	}
+	return strings.TrimSpace(line), stop, nil
 }
 
 // findEmulator returns the emulator script from the Debian package.
