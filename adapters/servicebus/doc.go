@@ -1,0 +1,30 @@
+// Package servicebus is the dedupq adapter for Azure Service Bus, on the
+// azservicebus SDK.
+//
+// Publishing maps a message's ID to MessageId, which Service Bus's
+// duplicate detection compares; GroupKey to SessionId (and PartitionKey,
+// which must equal it); attributes to application properties. IDs and
+// group keys are at most 128 characters, the size limit is the entity's
+// (256 KiB on Standard). A SendBatch call sends as few MessageBatch
+// transfers as the size allows; a transfer is stored whole or not at all,
+// so its failure is reported on every message in it.
+//
+// Service Bus accepts a duplicate send silently: SendResult.Duplicate is
+// true only for an ID this Topic itself stored earlier within the window,
+// and BackendID is the MessageId (a send returns no sequence number).
+//
+// The window is read from the live entity through the Admin seam on every
+// Window call: RequiresDuplicateDetection off gives window.KindNone,
+// otherwise DuplicateDetectionHistoryTimeWindow as window.KindConfigured,
+// window.SourceDiscovered. Programs without Manage rights state the
+// properties (Options.Stated), and the window says so.
+//
+// Consuming uses a peek-lock Receiver: Attempt is DeliveryCount, Ack is
+// Complete, Nack is Abandon (immediately redelivered: Service Bus has no
+// per-message redelivery delay, so the nack delay is not honoured and the
+// redelivery policy reports no backoff), Terminate is DeadLetter with
+// reason DeadLetterReason, Extend is RenewMessageLock, and the lease is
+// LockDuration. Session entities are refused by OpenSubscription for now.
+//
+// Import the package to register the servicebus:// scheme (see URLOpener).
+package servicebus

@@ -1,0 +1,260 @@
+package servicebus
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/Azure/azure-sdk-for-go/sdk/messaging/azservicebus/admin"
+
+	"github.com/dedupq/dedupq/window"
+)
+
+// Backend is the name the adapter gives in windows and errors.
+const Backend = "servicebus"
+
+const (
+	// MaxIDLength is Service Bus's limit on MessageId and SessionId.
+	MaxIDLength = 128
+	// DefaultMaxMessageBytes is the Standard tier's message size limit,
+	// used when the entity reports none (Premium entities report theirs).
+	DefaultMaxMessageBytes = 256 << 10
+)
+
+// Entity names what a Topic sends to or a Subscription receives from: a
+// queue, or a topic (and, for receiving, one of its subscriptions).
+type Entity struct {
+	// Queue is the queue name; set either Queue or Topic.
+	Queue string
+	// Topic is the topic name.
+	Topic string
+	// Subscription is the topic subscription a Subscription receives from.
+	Subscription string
+}
+
+// sendPath is the name the SDK's NewSender takes.
+func (e Entity) sendPath() string {
+	if e.Queue != "" {
+		return e.Queue
+	}
+	return e.Topic
+}
+
+func (e Entity) String() string {
+	switch {
+	case e.Queue != "":
+		return "queue " + e.Queue
+	case e.Subscription != "":
+		return "topic " + e.Topic + " subscription " + e.Subscription
+	}
+	return "topic " + e.Topic
+}
+
+func (e Entity) check(receiving bool) error {
+	switch {
+	case e.Queue != "" && e.Topic != "":
+		return fmt.Errorf("dedupq/servicebus: entity names both queue %q and topic %q; name one", e.Queue, e.Topic)
+	case e.Queue == "" && e.Topic == "":
+		return errors.New("dedupq/servicebus: entity names no queue or topic")
+	case e.Queue != "" && e.Subscription != "":
+		return fmt.Errorf("dedupq/servicebus: a queue (%q) has no subscriptions (%q)", e.Queue, e.Subscription)
+	case receiving && e.Topic != "" && e.Subscription == "":
+		return fmt.Errorf("dedupq/servicebus: receiving from topic %q needs a subscription", e.Topic)
+	}
+	return nil
+}
+
+// EntityProperties are the entity properties that decide the window, the
+// lease and the redelivery policy. For a topic subscription, the
+// duplicate-detection and size fields are the topic's and the lock and
+// delivery fields the subscription's, because that is where Service Bus
+// keeps them.
+type EntityProperties struct {
+	// RequiresDuplicateDetection is fixed at creation; false means the
+	// entity does not deduplicate at all.
+	RequiresDuplicateDetection bool
+	// DuplicateDetectionWindow is DuplicateDetectionHistoryTimeWindow
+	// (20 s – 7 days), which can change after creation.
+	DuplicateDetectionWindow time.Duration
+	// LockDuration is the peek-lock lease (at most 5 minutes).
+	LockDuration time.Duration
+	// MaxDeliveryCount is the delivery count at which Service Bus
+	// dead-letters a message.
+	MaxDeliveryCount int
+	// MaxMessageBytes is the largest message; 0 means
+	// DefaultMaxMessageBytes.
+	MaxMessageBytes int
+	// EnablePartitioning and RequiresSession shape what a message must
+	// carry (PartitionKey equal to SessionId, a SessionId).
+	EnablePartitioning bool
+	RequiresSession    bool
+}
+
+// Admin reads entity properties. AdminClient adapts the SDK's
+// *admin.Client; tests and programs that learn the properties some other
+// way can supply their own. It exists because the management API is
+// HTTP/ATOM, which no AMQP double answers.
+type Admin interface {
+	Properties(ctx context.Context, e Entity) (EntityProperties, error)
+}
+
+// AdminClient reads properties through the Service Bus management API; it
+// needs Manage rights on the namespace.
+func AdminClient(c *admin.Client) Admin { return adminClient{c} }
+
+type adminClient struct{ c *admin.Client }
+
+// ErrEntityNotFound is matched by the error for an entity the management
+// API does not know.
+var ErrEntityNotFound = errors.New("entity not found")
+
+func (a adminClient) Properties(ctx context.Context, e Entity) (EntityProperties, error) {
+	var p EntityProperties
+	var err error
+	if e.Queue != "" {
+		r, gerr := a.c.GetQueue(ctx, e.Queue, nil)
+		if gerr != nil {
+			return p, fmt.Errorf("dedupq/servicebus: reading queue %s: %w", e.Queue, gerr)
+		}
+		if r == nil {
+			return p, fmt.Errorf("dedupq/servicebus: queue %s: %w", e.Queue, ErrEntityNotFound)
+		}
+		q := r.QueueProperties
+		p.RequiresDuplicateDetection = deref(q.RequiresDuplicateDetection)
+		p.EnablePartitioning = deref(q.EnablePartitioning)
+		p.RequiresSession = deref(q.RequiresSession)
+		p.MaxDeliveryCount = int(deref(q.MaxDeliveryCount))
+		p.MaxMessageBytes = int(deref(q.MaxMessageSizeInKilobytes)) << 10
+		if p.DuplicateDetectionWindow, err = isoDuration(q.DuplicateDetectionHistoryTimeWindow); err != nil {
+			return p, fmt.Errorf("dedupq/servicebus: queue %s: DuplicateDetectionHistoryTimeWindow: %w", e.Queue, err)
+		}
+		if p.LockDuration, err = isoDuration(q.LockDuration); err != nil {
+			return p, fmt.Errorf("dedupq/servicebus: queue %s: LockDuration: %w", e.Queue, err)
+		}
+		return p, nil
+	}
+	r, gerr := a.c.GetTopic(ctx, e.Topic, nil)
+	if gerr != nil {
+		return p, fmt.Errorf("dedupq/servicebus: reading topic %s: %w", e.Topic, gerr)
+	}
+	if r == nil {
+		return p, fmt.Errorf("dedupq/servicebus: topic %s: %w", e.Topic, ErrEntityNotFound)
+	}
+	tp := r.TopicProperties
+	p.RequiresDuplicateDetection = deref(tp.RequiresDuplicateDetection)
+	p.EnablePartitioning = deref(tp.EnablePartitioning)
+	p.MaxMessageBytes = int(deref(tp.MaxMessageSizeInKilobytes)) << 10
+	if p.DuplicateDetectionWindow, err = isoDuration(tp.DuplicateDetectionHistoryTimeWindow); err != nil {
+		return p, fmt.Errorf("dedupq/servicebus: topic %s: DuplicateDetectionHistoryTimeWindow: %w", e.Topic, err)
+	}
+	if e.Subscription == "" {
+		return p, nil
+	}
+	s, gerr := a.c.GetSubscription(ctx, e.Topic, e.Subscription, nil)
+	if gerr != nil {
+		return p, fmt.Errorf("dedupq/servicebus: reading %s: %w", e, gerr)
+	}
+	if s == nil {
+		return p, fmt.Errorf("dedupq/servicebus: %s: %w", e, ErrEntityNotFound)
+	}
+	sp := s.SubscriptionProperties
+	p.RequiresSession = deref(sp.RequiresSession)
+	p.MaxDeliveryCount = int(deref(sp.MaxDeliveryCount))
+	if p.LockDuration, err = isoDuration(sp.LockDuration); err != nil {
+		return p, fmt.Errorf("dedupq/servicebus: %s: LockDuration: %w", e, err)
+	}
+	return p, nil
+}
+
+func deref[T any](p *T) T {
+	var zero T
+	if p == nil {
+		return zero
+	}
+	return *p
+}
+
+// isoDuration parses the ISO 8601 durations the management API uses
+// ("PT10M", "P7D", "PT0.5S", "P10675199DT2H48M5.4775807S"); nil is zero.
+func isoDuration(s *string) (time.Duration, error) {
+	if s == nil || *s == "" {
+		return 0, nil
+	}
+	return ParseISODuration(*s)
+}
+
+// ParseISODuration parses an ISO 8601 duration of days, hours, minutes and
+// seconds (no years, months or weeks, which the management API never
+// uses for these properties), saturating at window.Forever.
+func ParseISODuration(s string) (time.Duration, error) {
+	bad := func() (time.Duration, error) { return 0, fmt.Errorf("%q is not an ISO 8601 duration", s) }
+	rest, ok := strings.CutPrefix(s, "P")
+	if !ok || rest == "" {
+		return bad()
+	}
+	var total float64
+	inTime := false
+	seen := ""
+	for rest != "" {
+		if rest[0] == 'T' {
+			if inTime || len(rest) == 1 {
+				return bad()
+			}
+			inTime, rest = true, rest[1:]
+			continue
+		}
+		i := strings.IndexAny(rest, "DHMS")
+		if i <= 0 {
+			return bad()
+		}
+		num, unit := rest[:i], rest[i]
+		rest = rest[i+1:]
+		if strings.ContainsAny(num, "+-eE") {
+			return bad()
+		}
+		v, err := strconv.ParseFloat(num, 64)
+		if err != nil || v < 0 {
+			return bad()
+		}
+		if strings.ContainsRune(seen, rune(unit)) || (unit == 'D') == inTime {
+			return bad()
+		}
+		seen += string(unit)
+		switch unit {
+		case 'D':
+			total += v * float64(24*time.Hour)
+		case 'H':
+			total += v * float64(time.Hour)
+		case 'M':
+			total += v * float64(time.Minute)
+		case 'S':
+			total += v * float64(time.Second)
+		}
+	}
+	if total >= float64(window.Forever) {
+		return window.Forever, nil
+	}
+	return time.Duration(total), nil
+}
+
+// windowOf is the dedup window the properties give.
+func windowOf(e Entity, p EntityProperties, stated bool) window.Window {
+	src := window.SourceDiscovered
+	scope := e.String()
+	if e.Topic != "" {
+		scope = "topic " + e.Topic
+	}
+	if stated {
+		// Stated by the program (Options.Stated), not read from the
+		// entity: the label says so wherever the window is printed.
+		src = window.SourceConfigured
+		scope += ", stated by the program, not read from the entity"
+	}
+	if !p.RequiresDuplicateDetection || p.DuplicateDetectionWindow <= 0 {
+		return window.Window{Backend: Backend, Kind: window.KindNone, Source: src, Scope: scope}
+	}
+	return window.Window{Backend: Backend, Duration: p.DuplicateDetectionWindow, Kind: window.KindConfigured, Source: src, Scope: scope}
+}

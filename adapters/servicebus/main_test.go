@@ -1,0 +1,153 @@
+package servicebus_test
+
+// The test harness: TestMain starts the Service Bus test double
+// (localstack/servicebus-double: an AMQP 1.0 broker written with the npm
+// package rhea, installed from its package-lock.json with `npm ci`) on a
+// free port, and stops it after the tests. The real azservicebus SDK talks
+// to it through a UseDevelopmentEmulator=true connection string; the
+// management API (HTTP/ATOM) is replaced by the adapter's Admin seam,
+// answered from the properties each test gave the double's queue.
+//
+// Tests that need the double call needDouble. When node or the installed
+// package is missing they skip with the reason, unless the environment
+// variable CI is set: then the whole run fails, so that CI cannot pass on
+// skipped tests.
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/Azure/azure-sdk-for-go/sdk/messaging/azservicebus"
+
+	"github.com/dedupq/dedupq/adapters/servicebus"
+	servicebusdouble "github.com/dedupq/dedupq/localstack/servicebus-double"
+)
+
+var (
+	// double is the running double; nil when it cannot run, and then
+	// doubleMissing says why.
+	double        *servicebusdouble.Double
+	doubleMissing string
+)
+
+func TestMain(m *testing.M) {
+	d, err := servicebusdouble.Start()
+	if err != nil {
+		doubleMissing = err.Error()
+		if os.Getenv("CI") != "" {
+			fmt.Fprintf(os.Stderr, "adapters/servicebus: CI is set but the servicebus double cannot run: %v\n", err)
+			os.Exit(1)
+		}
+		fmt.Fprintf(os.Stderr, "adapters/servicebus: double tests will be skipped: %v\n", err)
+	}
+	double = d
+	code := m.Run()
+	if d != nil {
+		if err := d.Stop(); err != nil {
+			fmt.Fprintf(os.Stderr, "adapters/servicebus: stopping the double: %v\n", err)
+		}
+	}
+	os.Exit(code)
+}
+
+func needDouble(t testing.TB) *servicebusdouble.Double {
+	t.Helper()
+	if double == nil {
+		t.Skipf("the servicebus double is not running: %s", doubleMissing)
+	}
+	return double
+}
+
+// fakeAdmin answers the Admin seam from properties the tests set, as the
+// management API would from the entity; tests change them to model an
+// entity whose window was changed after startup.
+type fakeAdmin struct {
+	mu    sync.Mutex
+	props map[string]servicebus.EntityProperties
+	calls atomic.Int64
+}
+
+func newFakeAdmin() *fakeAdmin {
+	return &fakeAdmin{props: map[string]servicebus.EntityProperties{}}
+}
+
+func (a *fakeAdmin) set(queue string, p servicebus.EntityProperties) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.props[strings.ToLower(queue)] = p
+}
+
+func (a *fakeAdmin) Properties(_ context.Context, e servicebus.Entity) (servicebus.EntityProperties, error) {
+	a.calls.Add(1)
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	p, ok := a.props[strings.ToLower(e.Queue)]
+	if !ok {
+		return p, fmt.Errorf("fake admin: %s: %w", e, servicebus.ErrEntityNotFound)
+	}
+	return p, nil
+}
+
+var queueSeq atomic.Int64
+
+// newQueue creates a fresh queue on the double with p's properties,
+// registers them with a, and deletes the queue when the test ends.
+func newQueue(t testing.TB, d *servicebusdouble.Double, a *fakeAdmin, p servicebus.EntityProperties) string {
+	t.Helper()
+	name := fmt.Sprintf("q%d-%x", queueSeq.Add(1), time.Now().UnixNano()&0xffffff)
+	err := d.CreateQueue(context.Background(), name, servicebusdouble.QueueConfig{
+		RequiresDuplicateDetection: p.RequiresDuplicateDetection,
+		DuplicateDetectionWindow:   p.DuplicateDetectionWindow,
+		LockDuration:               p.LockDuration,
+		MaxDeliveryCount:           p.MaxDeliveryCount,
+		MaxMessageBytes:            p.MaxMessageBytes,
+	})
+	if err != nil {
+		t.Fatalf("creating queue %s on the double: %v", name, err)
+	}
+	a.set(name, p)
+	t.Cleanup(func() { _ = d.DeleteQueue(context.Background(), name) })
+	return name
+}
+
+// newClient connects the SDK to the double with its retries off, as the
+// URL opener does.
+func newClient(t testing.TB, d *servicebusdouble.Double) *azservicebus.Client {
+	t.Helper()
+	c, err := azservicebus.NewClientFromConnectionString(d.ConnectionString(),
+		&azservicebus.ClientOptions{RetryOptions: azservicebus.RetryOptions{MaxRetries: -1}})
+	if err != nil {
+		t.Fatalf("NewClientFromConnectionString: %v", err)
+	}
+	t.Cleanup(func() { _ = c.Close(context.Background()) })
+	return c
+}
+
+// openPair opens a Topic and a Subscription on queue through c.
+func openPair(t testing.TB, c *azservicebus.Client, queue string, opts *servicebus.Options) (*servicebus.Topic, *servicebus.Subscription) {
+	t.Helper()
+	ctx := context.Background()
+	s, err := c.NewSender(queue, nil)
+	if err != nil {
+		t.Fatalf("NewSender: %v", err)
+	}
+	tp, err := servicebus.OpenTopic(ctx, servicebus.SDKSender(s), servicebus.Entity{Queue: queue}, opts)
+	if err != nil {
+		t.Fatalf("OpenTopic: %v", err)
+	}
+	r, err := c.NewReceiverForQueue(queue, nil)
+	if err != nil {
+		t.Fatalf("NewReceiverForQueue: %v", err)
+	}
+	sub, err := servicebus.OpenSubscription(ctx, r, servicebus.Entity{Queue: queue}, opts)
+	if err != nil {
+		t.Fatalf("OpenSubscription: %v", err)
+	}
+	return tp, sub
+}

@@ -1,0 +1,397 @@
+package servicebus
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"sync"
+	"time"
+
+	"github.com/Azure/azure-sdk-for-go/sdk/messaging/azservicebus"
+	"github.com/Azure/go-amqp"
+
+	"github.com/dedupq/dedupq/driver"
+	"github.com/dedupq/dedupq/window"
+)
+
+// Batch is the part of *azservicebus.MessageBatch a Topic uses, so that a
+// Sender in a test can hand out batches of its own (the SDK's cannot be
+// built outside it).
+type Batch interface {
+	// AddMessage adds m, or fails with azservicebus.ErrMessageTooLarge when
+	// it does not fit.
+	AddMessage(m *azservicebus.Message, o *azservicebus.AddMessageOptions) error
+	// NumMessages is how many messages were added.
+	NumMessages() int32
+}
+
+// Sender is what a Topic sends through. SDKSender adapts the SDK's
+// concrete *azservicebus.Sender; a test can supply its own where the
+// double cannot go (a send that fails half-way, say).
+type Sender interface {
+	// NewBatch starts an empty batch sized by the entity's link limit.
+	NewBatch(ctx context.Context) (Batch, error)
+	// SendBatch sends b in one transfer: all of it is stored, or none.
+	SendBatch(ctx context.Context, b Batch) error
+	// Close closes the sender.
+	Close(ctx context.Context) error
+}
+
+// SDKSender adapts an *azservicebus.Sender.
+func SDKSender(s *azservicebus.Sender) Sender { return sdkSender{s} }
+
+type sdkSender struct{ s *azservicebus.Sender }
+
+func (s sdkSender) NewBatch(ctx context.Context) (Batch, error) {
+	b, err := s.s.NewMessageBatch(ctx, nil)
+	if err != nil {
+		return nil, err
+	}
+	return b, nil
+}
+
+func (s sdkSender) SendBatch(ctx context.Context, b Batch) error {
+	mb, ok := b.(*azservicebus.MessageBatch)
+	if !ok {
+		return fmt.Errorf("dedupq/servicebus: SDKSender got a %T, not a batch it made", b)
+	}
+	return s.s.SendMessageBatch(ctx, mb, nil)
+}
+
+func (s sdkSender) Close(ctx context.Context) error { return s.s.Close(ctx) }
+
+// Options configure a Topic or Subscription.
+type Options struct {
+	// Admin reads the entity's properties on open and on every Window
+	// call. Required unless Stated is set.
+	Admin Admin
+	// Stated gives the entity's properties instead of reading them, for
+	// programs without Manage rights. The window is then reported as
+	// SourceConfigured and labelled "stated by the program" — keep it in
+	// step with the entity, because nothing checks it.
+	Stated *EntityProperties
+	// MaxBatch caps the messages in one SendBatch call; 0 means 100. Each
+	// call sends as few MessageBatch transfers as the size limit allows.
+	MaxBatch int
+	// CloseTimeout bounds closing the SDK links; 0 means 10s.
+	CloseTimeout time.Duration
+}
+
+func (o *Options) orZero() Options {
+	if o == nil {
+		return Options{}
+	}
+	return *o
+}
+
+// props reads the entity's properties from Stated or Admin.
+func (o Options) props(ctx context.Context, e Entity) (EntityProperties, error) {
+	if o.Stated != nil {
+		return *o.Stated, nil
+	}
+	if o.Admin == nil {
+		return EntityProperties{}, errors.New("dedupq/servicebus: Options has neither Admin (to read the entity's properties) nor Stated (to state them)")
+	}
+	return o.Admin.Properties(ctx, e)
+}
+
+// ErrClosed is returned by a Topic or Subscription used after Close.
+var ErrClosed = errors.New("dedupq/servicebus: closed")
+
+// Topic sends to a queue or topic. It implements driver.Topic.
+type Topic struct {
+	sender Sender
+	entity Entity
+	opts   Options
+	seen   seenIDs
+
+	mu     sync.Mutex
+	props  EntityProperties
+	closed bool
+}
+
+var _ driver.Topic = (*Topic)(nil)
+
+// OpenTopic reads the entity's properties and returns a Topic sending
+// through sender. It refuses an entity that requires sessions, because
+// every message would then need a GroupKey and dedupq cannot require one
+// per entity at runtime here; it is left to a later version. On success
+// the Topic owns sender.
+func OpenTopic(ctx context.Context, sender Sender, entity Entity, opts *Options) (*Topic, error) {
+	o := opts.orZero()
+	if err := entity.check(false); err != nil {
+		return nil, err
+	}
+	p, err := o.props(ctx, entity)
+	if err != nil {
+		return nil, err
+	}
+	return &Topic{sender: sender, entity: entity, opts: o, props: p}, nil
+}
+
+// Properties are the entity properties as last read.
+func (t *Topic) Properties() EntityProperties {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.props
+}
+
+// MaxBatch is Options.MaxBatch, 100 by default.
+func (t *Topic) MaxBatch() int {
+	if t.opts.MaxBatch > 0 {
+		return t.opts.MaxBatch
+	}
+	return 100
+}
+
+// Limits are Service Bus's: IDs and group keys (MessageId, SessionId) of
+// at most 128 characters, and the entity's message size. A message with a
+// GroupKey on a session entity is required, else refused by Service Bus.
+func (t *Topic) Limits() driver.Limits {
+	p := t.Properties()
+	maxBytes := p.MaxMessageBytes
+	if maxBytes <= 0 {
+		maxBytes = DefaultMaxMessageBytes
+	}
+	return driver.Limits{
+		MaxIDLength:       MaxIDLength,
+		MaxGroupKeyLength: MaxIDLength,
+		MaxMessageBytes:   maxBytes,
+		GroupKeyRequired:  p.RequiresSession,
+	}
+}
+
+// Window reads the entity's properties again and reports its duplicate
+// detection window: KindConfigured (the length can change after creation),
+// or KindNone when RequiresDuplicateDetection is off.
+func (t *Topic) Window(ctx context.Context) (window.Window, error) {
+	p, err := t.opts.props(ctx, t.entity)
+	if err != nil {
+		return window.Window{}, err
+	}
+	t.mu.Lock()
+	t.props = p
+	t.mu.Unlock()
+	return windowOf(t.entity, p, t.opts.Stated != nil), nil
+}
+
+// HiddenRetrySpan is zero: the clients the URL opener makes have the SDK's
+// retries turned off (RetryOptions.MaxRetries -1), and a Sender passed to
+// OpenTopic should be made the same way, or bounded by the context.
+func (t *Topic) HiddenRetrySpan() time.Duration { return 0 }
+
+// TooLargeError is a message Service Bus cannot take at its size: the
+// SDK's ErrMessageTooLarge (which it matches), or the broker's
+// amqp:link:message-size-exceeded.
+type TooLargeError struct {
+	ID  string
+	Err error
+}
+
+func (e *TooLargeError) Error() string {
+	return fmt.Sprintf("dedupq/servicebus: message %q is too large for the entity: %v", e.ID, e.Err)
+}
+
+func (e *TooLargeError) Unwrap() error { return e.Err }
+
+// BatchSendError is the failure of one MessageBatch transfer, reported on
+// each message in it: Service Bus stores a batch whole or not at all.
+type BatchSendError struct {
+	// Size is the number of messages in the failed transfer.
+	Size int
+	Err  error
+}
+
+func (e *BatchSendError) Error() string {
+	return fmt.Sprintf("dedupq/servicebus: batch of %d message(s) failed as a whole (Service Bus stores a batch all or nothing): %v", e.Size, e.Err)
+}
+
+func (e *BatchSendError) Unwrap() error { return e.Err }
+
+// SendBatch sends msgs in as few MessageBatch transfers as the size limit
+// allows and reports each message's outcome: a transfer's failure is
+// every message's in it, because a batch is all or nothing.
+//
+// Service Bus accepts a duplicate send silently and says nothing; so
+// SendResult.Duplicate is true only when this Topic itself stored the same
+// ID earlier within the entity's window. A duplicate of a message another
+// process sent is reported as a plain success. BackendID is the MessageId:
+// Service Bus returns no sequence number on send.
+func (t *Topic) SendBatch(ctx context.Context, msgs []*driver.Message) ([]driver.SendResult, error) {
+	t.mu.Lock()
+	closed, p := t.closed, t.props
+	t.mu.Unlock()
+	if closed {
+		return nil, ErrClosed
+	}
+	results := make([]driver.SendResult, len(msgs))
+	var batch Batch
+	var index []int
+	flush := func() {
+		if batch == nil || len(index) == 0 {
+			return
+		}
+		err := t.sender.SendBatch(ctx, batch)
+		now := time.Now()
+		for _, i := range index {
+			if err != nil {
+				results[i].Err = &BatchSendError{Size: len(index), Err: err}
+				continue
+			}
+			results[i].BackendID = msgs[i].ID
+			results[i].Duplicate = t.seen.observe(msgs[i].ID, now, p.DuplicateDetectionWindow)
+		}
+		batch, index = nil, nil
+	}
+	for i, m := range msgs {
+		sm := toSB(m)
+		for try := 0; ; try++ {
+			if batch == nil {
+				b, err := t.sender.NewBatch(ctx)
+				if err != nil {
+					// Nothing of this message was sent: a whole-call
+					// failure would hide which earlier batches were
+					// stored, so report it on the remaining messages.
+					for j := i; j < len(msgs); j++ {
+						results[j].Err = fmt.Errorf("dedupq/servicebus: starting a batch: %w", err)
+					}
+					return results, nil
+				}
+				batch = b
+			}
+			err := batch.AddMessage(sm, nil)
+			if err == nil {
+				index = append(index, i)
+				break
+			}
+			if errors.Is(err, azservicebus.ErrMessageTooLarge) && batch.NumMessages() > 0 && try == 0 {
+				flush()
+				continue
+			}
+			if errors.Is(err, azservicebus.ErrMessageTooLarge) {
+				err = &TooLargeError{ID: m.ID, Err: err}
+			}
+			results[i].Err = err
+			break
+		}
+	}
+	flush()
+	return results, nil
+}
+
+// toSB maps a driver message: ID → MessageId (duplicate detection),
+// GroupKey → SessionId and PartitionKey (which must equal SessionId where
+// both are set), attributes → application properties.
+func toSB(m *driver.Message) *azservicebus.Message {
+	sm := &azservicebus.Message{Body: m.Body}
+	id := m.ID
+	sm.MessageID = &id
+	if m.GroupKey != "" {
+		g := m.GroupKey
+		sm.SessionID, sm.PartitionKey = &g, &g
+	}
+	if len(m.Attributes) > 0 {
+		sm.ApplicationProperties = make(map[string]any, len(m.Attributes))
+		for k, v := range maps.All(m.Attributes) {
+			sm.ApplicationProperties[k] = v
+		}
+	}
+	return sm
+}
+
+// IsRetryable reports whether a send may succeed when repeated: lost
+// connections, timeouts, busy servers and link or session failures are;
+// a refused message (too large, unauthorized, no such entity) is not.
+func (t *Topic) IsRetryable(err error) bool { return isRetryable(err) }
+
+func isRetryable(err error) bool {
+	if err == nil {
+		return false
+	}
+	var tl *TooLargeError
+	if errors.As(err, &tl) || errors.Is(err, azservicebus.ErrMessageTooLarge) || errors.Is(err, ErrClosed) {
+		return false
+	}
+	if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) {
+		return true
+	}
+	var sbErr *azservicebus.Error
+	if errors.As(err, &sbErr) {
+		switch sbErr.Code {
+		case azservicebus.CodeConnectionLost, azservicebus.CodeTimeout:
+			return true
+		case azservicebus.CodeUnauthorizedAccess, azservicebus.CodeNotFound, azservicebus.CodeClosed, azservicebus.CodeLockLost:
+			return false
+		}
+	}
+	var ae *amqp.Error
+	if errors.As(err, &ae) {
+		switch ae.Condition {
+		case "com.microsoft:server-busy", "com.microsoft:timeout", amqp.ErrCondResourceLimitExceeded, amqp.ErrCondInternalError:
+			return true
+		}
+		return false
+	}
+	var ce *amqp.ConnError
+	var le *amqp.LinkError
+	var se *amqp.SessionError
+	return errors.As(err, &ce) || errors.As(err, &le) || errors.As(err, &se)
+}
+
+// Close closes the sender.
+func (t *Topic) Close() error {
+	t.mu.Lock()
+	if t.closed {
+		t.mu.Unlock()
+		return ErrClosed
+	}
+	t.closed = true
+	t.mu.Unlock()
+	ctx, cancel := context.WithTimeout(context.Background(), closeTimeout(t.opts))
+	defer cancel()
+	return t.sender.Close(ctx)
+}
+
+func closeTimeout(o Options) time.Duration {
+	if o.CloseTimeout > 0 {
+		return o.CloseTimeout
+	}
+	return 10 * time.Second
+}
+
+// seenIDs remembers the IDs this Topic stored, each until the window it
+// was stored under has passed, to tell a duplicate from a first send.
+type seenIDs struct {
+	mu  sync.Mutex
+	ids map[string]time.Time
+}
+
+// seenMax bounds the memory of seenIDs; beyond it the oldest are dropped,
+// so a duplicate may then be reported as a plain success.
+const seenMax = 100000
+
+// observe records id as stored at now and reports whether it was already
+// stored within window.
+func (s *seenIDs) observe(id string, now time.Time, w time.Duration) bool {
+	if w <= 0 {
+		return false
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.ids == nil {
+		s.ids = make(map[string]time.Time)
+	}
+	if until, ok := s.ids[id]; ok && now.Before(until) {
+		return true
+	}
+	if len(s.ids) >= seenMax {
+		for k, until := range s.ids {
+			if !now.Before(until) || len(s.ids) >= seenMax {
+				delete(s.ids, k)
+			}
+		}
+	}
+	s.ids[id] = now.Add(w)
+	return false
+}

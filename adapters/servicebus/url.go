@@ -1,0 +1,325 @@
+package servicebus
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/url"
+	"os"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/Azure/azure-sdk-for-go/sdk/messaging/azservicebus"
+	"github.com/Azure/azure-sdk-for-go/sdk/messaging/azservicebus/admin"
+
+	"github.com/dedupq/dedupq"
+	"github.com/dedupq/dedupq/driver"
+)
+
+// Scheme is the URL scheme the package registers.
+const Scheme = "servicebus"
+
+// DefaultConnEnv is the environment variable that holds the connection
+// string when a URL names none with conn_env.
+const DefaultConnEnv = "SERVICEBUS_CONNECTION_STRING"
+
+func init() { dedupq.Register(Scheme, &URLOpener{}) }
+
+// URLOpener opens servicebus:// URLs; the package registers one with the
+// default mux. The host is the namespace (as in the connection string's
+// Endpoint, port allowed), the path the entity:
+//
+//	servicebus://myns.servicebus.windows.net/orders                         queue orders
+//	servicebus://myns.servicebus.windows.net/events?kind=topic              topic events (publishing)
+//	servicebus://myns.servicebus.windows.net/events/subscriptions/billing   its subscription billing
+//
+// The connection string comes from an environment variable, never from the
+// URL: DefaultConnEnv, or the one conn_env names. Its Endpoint host must be
+// the URL's host, so that a URL cannot silently reach another namespace.
+// Connection strings with UseDevelopmentEmulator=true (the official
+// emulator, or the test double) work as they are.
+//
+// Parameters (all optional):
+//
+//	conn_env            name of the environment variable holding the connection string
+//	kind                queue (default) or topic; a path with /subscriptions/ is a topic
+//	max_batch           Options.MaxBatch
+//	window              state the entity's properties instead of reading them
+//	                    (Options.Stated): the duplicate detection window ("10m"),
+//	                    or "none" for an entity without duplicate detection
+//	lock_duration       with window: the LockDuration (default 1m, Service Bus's default)
+//	max_delivery_count  with window: the MaxDeliveryCount (default 10, Service Bus's default)
+//	max_message_bytes   with window: the message size limit (default 256 KiB, Standard tier)
+//
+// Without window the properties are read through the management API
+// (Manage rights needed). The SDK's management client always speaks HTTPS
+// to the namespace, which the emulator does not serve, so an emulator
+// connection string needs window. A missing or malformed parameter is
+// reported as a *dedupq.ParamError.
+type URLOpener struct {
+	// ClientOptions are passed to the SDK client. Nil means the SDK's
+	// retries are turned off (MaxRetries -1), because the Publisher and
+	// Consumer own the retry budget; options given here are used as they
+	// are.
+	ClientOptions *azservicebus.ClientOptions
+}
+
+// URLConfig is what ParseURL reads from a servicebus:// URL.
+type URLConfig struct {
+	// Namespace is the URL's host (with port, if any).
+	Namespace string
+	// Entity is the queue, topic or subscription.
+	Entity Entity
+	// ConnEnv names the environment variable holding the connection
+	// string.
+	ConnEnv string
+	// Options are the options the parameters set (Stated, MaxBatch).
+	Options Options
+}
+
+var (
+	// entityNameRE is Service Bus's rule for queue and topic names
+	// (letters, digits, periods, hyphens, underscores and slashes, up to
+	// 260 characters, starting and ending with a letter or digit); a
+	// subscription name has no slashes and at most 50 characters.
+	entityNameRE = regexp.MustCompile(`^[A-Za-z0-9]([A-Za-z0-9._/-]{0,258}[A-Za-z0-9])?$`)
+	subNameRE    = regexp.MustCompile(`^[A-Za-z0-9]([A-Za-z0-9._-]{0,48}[A-Za-z0-9])?$`)
+	envNameRE    = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
+	knownParams  = []string{"conn_env", "kind", "max_batch", "window", "lock_duration", "max_delivery_count", "max_message_bytes"}
+	// secretParams are names that suggest a credential in the URL.
+	secretParams = []string{"sharedaccesskey", "sharedaccesskeyname", "sharedaccesssignature", "connection_string", "connectionstring", "key", "sas", "password", "token"}
+)
+
+// ParseURL reads a servicebus:// URL. It does not touch the network or the
+// environment.
+func ParseURL(u *url.URL) (URLConfig, error) {
+	raw := u.Redacted()
+	perr := func(param, format string, args ...any) error {
+		return &dedupq.ParamError{URL: raw, Param: param, Reason: fmt.Sprintf(format, args...)}
+	}
+	var c URLConfig
+	if u.Scheme != Scheme {
+		return c, perr("scheme", "want %s://, got %q", Scheme, u.Scheme)
+	}
+	if u.User != nil {
+		return c, perr("userinfo", "credentials never go in a URL: put the connection string in an environment variable (conn_env)")
+	}
+	if u.Opaque != "" || u.Host == "" || u.Hostname() == "" {
+		return c, perr("host", "want the namespace host, as in servicebus://myns.servicebus.windows.net/queue")
+	}
+	c.Namespace = u.Host
+	q := u.Query()
+	for k := range q {
+		if slices.Contains(secretParams, strings.ToLower(k)) {
+			return c, perr(k, "credentials never go in a URL: put the connection string in an environment variable and name it with conn_env")
+		}
+		if !slices.Contains(knownParams, k) {
+			return c, perr(k, "unknown parameter (known: %s)", strings.Join(knownParams, ", "))
+		}
+		if len(q[k]) > 1 {
+			return c, perr(k, "given %d times", len(q[k]))
+		}
+	}
+	path := strings.TrimPrefix(u.Path, "/")
+	if path == "" {
+		return c, perr("path", "want the entity: /queue, /topic?kind=topic or /topic/subscriptions/name")
+	}
+	kind := q.Get("kind")
+	if topic, sub, ok := strings.Cut(path, "/subscriptions/"); ok {
+		if kind == "queue" {
+			return c, perr("kind", "a path with /subscriptions/ names a topic subscription, not a queue")
+		}
+		if !entityNameRE.MatchString(topic) || strings.Contains(topic, "//") {
+			return c, perr("path", "topic name %q is not a valid Service Bus entity name", topic)
+		}
+		if !subNameRE.MatchString(sub) {
+			return c, perr("path", "subscription name %q is not valid (letters, digits, '.', '-', '_', at most 50)", sub)
+		}
+		c.Entity = Entity{Topic: topic, Subscription: sub}
+	} else {
+		if !entityNameRE.MatchString(path) || strings.Contains(path, "//") {
+			return c, perr("path", "entity name %q is not a valid Service Bus entity name", path)
+		}
+		switch kind {
+		case "", "queue":
+			c.Entity = Entity{Queue: path}
+		case "topic":
+			c.Entity = Entity{Topic: path}
+		default:
+			return c, perr("kind", "want queue or topic, got %q", kind)
+		}
+	}
+	c.ConnEnv = DefaultConnEnv
+	if v, ok := q["conn_env"]; ok {
+		if !envNameRE.MatchString(v[0]) {
+			return c, perr("conn_env", "%q is not an environment variable name", v[0])
+		}
+		c.ConnEnv = v[0]
+	}
+	if v := q.Get("max_batch"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 || n > 4500 {
+			return c, perr("max_batch", "want a number from 1 to 4500, got %q", v)
+		}
+		c.Options.MaxBatch = n
+	}
+	w, hasWindow := q["window"]
+	if !hasWindow {
+		for _, k := range []string{"lock_duration", "max_delivery_count", "max_message_bytes"} {
+			if q.Has(k) {
+				return c, perr(k, "only meaningful with window, which states the entity's properties instead of reading them")
+			}
+		}
+		return c, nil
+	}
+	st := EntityProperties{LockDuration: time.Minute, MaxDeliveryCount: 10, MaxMessageBytes: DefaultMaxMessageBytes}
+	if w[0] != "none" {
+		d, err := time.ParseDuration(w[0])
+		if err != nil || d < 20*time.Second || d > 7*24*time.Hour {
+			return c, perr("window", "want a duration from 20s to 168h (Service Bus's range) or none, got %q", w[0])
+		}
+		st.RequiresDuplicateDetection, st.DuplicateDetectionWindow = true, d
+	}
+	if v := q.Get("lock_duration"); v != "" {
+		d, err := time.ParseDuration(v)
+		if err != nil || d < 5*time.Second || d > 5*time.Minute {
+			return c, perr("lock_duration", "want a duration from 5s to 5m, got %q", v)
+		}
+		st.LockDuration = d
+	}
+	if v := q.Get("max_delivery_count"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 {
+			return c, perr("max_delivery_count", "want a positive number, got %q", v)
+		}
+		st.MaxDeliveryCount = n
+	}
+	if v := q.Get("max_message_bytes"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1024 || n > 100<<20 {
+			return c, perr("max_message_bytes", "want a number of bytes from 1024 to 104857600, got %q", v)
+		}
+		st.MaxMessageBytes = n
+	}
+	c.Options.Stated = &st
+	return c, nil
+}
+
+// connect reads the connection string and makes the SDK clients.
+func (o *URLOpener) connect(u *url.URL) (URLConfig, *azservicebus.Client, error) {
+	c, err := ParseURL(u)
+	if err != nil {
+		return c, nil, err
+	}
+	cs := os.Getenv(c.ConnEnv)
+	if cs == "" {
+		return c, nil, &dedupq.ParamError{URL: u.Redacted(), Param: "conn_env",
+			Reason: fmt.Sprintf("environment variable %s holds no connection string", c.ConnEnv)}
+	}
+	if host, err := endpointHost(cs); err != nil || !strings.EqualFold(host, c.Namespace) {
+		reason := fmt.Sprintf("the connection string in %s is for another namespace (%s), not %s", c.ConnEnv, host, c.Namespace)
+		if err != nil {
+			reason = fmt.Sprintf("the connection string in %s: %v", c.ConnEnv, err)
+		}
+		return c, nil, &dedupq.ParamError{URL: u.Redacted(), Param: "conn_env", Reason: reason}
+	}
+	if c.Options.Stated == nil {
+		a, err := admin.NewClientFromConnectionString(cs, nil)
+		if err != nil {
+			return c, nil, fmt.Errorf("dedupq/servicebus: management client: %w", err)
+		}
+		c.Options.Admin = AdminClient(a)
+	}
+	opts := o.ClientOptions
+	if opts == nil {
+		opts = &azservicebus.ClientOptions{RetryOptions: azservicebus.RetryOptions{MaxRetries: -1}}
+	}
+	client, err := azservicebus.NewClientFromConnectionString(cs, opts)
+	if err != nil {
+		return c, nil, fmt.Errorf("dedupq/servicebus: %w", err)
+	}
+	return c, client, nil
+}
+
+// endpointHost is the host (and port) of a connection string's Endpoint.
+func endpointHost(cs string) (string, error) {
+	for part := range strings.SplitSeq(cs, ";") {
+		k, v, _ := strings.Cut(part, "=")
+		if strings.EqualFold(strings.TrimSpace(k), "Endpoint") {
+			u, err := url.Parse(strings.TrimSpace(v))
+			if err != nil || u.Host == "" {
+				return "", errors.New("its Endpoint is not a URL like sb://myns.servicebus.windows.net")
+			}
+			return u.Host, nil
+		}
+	}
+	return "", errors.New("it has no Endpoint")
+}
+
+// OpenTopic opens a Topic on the queue or topic the URL names.
+func (o *URLOpener) OpenTopic(ctx context.Context, u *url.URL) (driver.Topic, error) {
+	c, client, err := o.connect(u)
+	if err != nil {
+		return nil, err
+	}
+	s, err := client.NewSender(c.Entity.sendPath(), nil)
+	if err != nil {
+		return nil, errors.Join(err, client.Close(ctx))
+	}
+	t, err := OpenTopic(ctx, &ownedSender{Sender: SDKSender(s), client: client}, c.Entity, &c.Options)
+	if err != nil {
+		return nil, errors.Join(err, client.Close(ctx))
+	}
+	return t, nil
+}
+
+// OpenSubscription opens a Subscription on the queue or topic subscription
+// the URL names, in peek-lock mode.
+func (o *URLOpener) OpenSubscription(ctx context.Context, u *url.URL) (driver.Subscription, error) {
+	c, client, err := o.connect(u)
+	if err != nil {
+		return nil, err
+	}
+	if c.Entity.Topic != "" && c.Entity.Subscription == "" {
+		return nil, errors.Join(&dedupq.ParamError{URL: u.Redacted(), Param: "path",
+			Reason: "a consumer needs a topic subscription: /topic/subscriptions/name"}, client.Close(ctx))
+	}
+	ropts := &azservicebus.ReceiverOptions{ReceiveMode: azservicebus.ReceiveModePeekLock}
+	var r *azservicebus.Receiver
+	if c.Entity.Queue != "" {
+		r, err = client.NewReceiverForQueue(c.Entity.Queue, ropts)
+	} else {
+		r, err = client.NewReceiverForSubscription(c.Entity.Topic, c.Entity.Subscription, ropts)
+	}
+	if err != nil {
+		return nil, errors.Join(err, client.Close(ctx))
+	}
+	s, err := OpenSubscription(ctx, &ownedReceiver{Receiver: r, client: client}, c.Entity, &c.Options)
+	if err != nil {
+		return nil, errors.Join(err, client.Close(ctx))
+	}
+	return s, nil
+}
+
+// ownedSender closes the client the URL opener made with its sender.
+type ownedSender struct {
+	Sender
+	client *azservicebus.Client
+}
+
+func (s *ownedSender) Close(ctx context.Context) error {
+	return errors.Join(s.Sender.Close(ctx), s.client.Close(ctx))
+}
+
+// ownedReceiver closes the client the URL opener made with its receiver.
+type ownedReceiver struct {
+	Receiver
+	client *azservicebus.Client
+}
+
+func (r *ownedReceiver) Close(ctx context.Context) error {
+	return errors.Join(r.Receiver.Close(ctx), r.client.Close(ctx))
+}
