@@ -74,6 +74,7 @@ func TestConformance(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			if tc.h.realClock && testing.Short() {
+				// Not a service skip: CI never passes -short, so this always runs there.
 				t.Skip("waits out leases and the window in real time (about 6s); skipped with -short")
 			}
 			adaptertest.Run(t, tc.h)

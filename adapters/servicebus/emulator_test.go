@@ -25,6 +25,8 @@ import (
 func TestOfficialEmulator(t *testing.T) {
 	cs := os.Getenv("SERVICEBUS_EMULATOR_CONNECTION_STRING")
 	if cs == "" {
+		// Opt-in even under CI: the official emulator needs Docker, which CI
+		// machines lack; the AMQP double covers the adapter there.
 		t.Skip("SERVICEBUS_EMULATOR_CONNECTION_STRING is not set (opt-in; see localstack/README.md)")
 	}
 	c, err := azservicebus.NewClientFromConnectionString(cs, &azservicebus.ClientOptions{RetryOptions: azservicebus.RetryOptions{MaxRetries: -1}})
