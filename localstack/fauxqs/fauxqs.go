@@ -16,20 +16,18 @@
 package fauxqs
 
 import (
-	"bufio"
 	"bytes"
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"regexp"
 	"runtime"
-	"sync"
 	"time"
+
+	"github.com/dedupq/dedupq/localstack/internal/nodeproc"
 )
 
 // EnvEndpoint names the environment variable that points the tests at an
@@ -68,73 +66,18 @@ func Start() (*Emulator, error) {
 		}
 		return &Emulator{Endpoint: ep}, nil
 	}
-	node, err := exec.LookPath("node")
-	if err != nil {
-		return nil, errors.New("node is not installed")
-	}
-	d := dir()
-	if _, err := os.Stat(filepath.Join(d, "node_modules", "fauxqs", "package.json")); err != nil {
-		return nil, errors.New("fauxqs is not installed: run `npm ci --prefix localstack/fauxqs` in the repository root")
-	}
-	cmd := exec.Command(node, "start.mjs")
-	cmd.Dir = d
-	cmd.Env = append(os.Environ(), "FAUXQS_PORT=0")
-	// start.mjs exits when its stdin closes, so an emulator cannot outlive
-	// a test binary that is killed.
-	stdin, err := cmd.StdinPipe()
+	proc, ports, err := nodeproc.Start(nodeproc.Spec{
+		Name: "fauxqs", Dir: dir(), Script: "start.mjs", Module: "fauxqs",
+		Env: []string{"FAUXQS_PORT=0"}, Ready: regexp.MustCompile(`listening on port (\d+)`),
+	})
 	if err != nil {
 		return nil, err
 	}
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		return nil, err
-	}
-	var stderr bytes.Buffer
-	cmd.Stderr = &syncWriter{w: &stderr}
-	if err := cmd.Start(); err != nil {
-		return nil, fmt.Errorf("starting fauxqs: %w", err)
-	}
-	exited := make(chan error, 1)
-	go func() { exited <- cmd.Wait() }()
-	stop := func() error {
-		stdin.Close()
-		select {
-		case <-exited:
-			return nil
-		case <-time.After(5 * time.Second):
-		}
-		_ = cmd.Process.Kill()
-		<-exited
-		return errors.New("fauxqs did not stop within 5s; killed")
-	}
-
-	ports := make(chan string, 1)
-	go func() {
-		sc := bufio.NewScanner(stdout)
-		re := regexp.MustCompile(`listening on port (\d+)`)
-		for sc.Scan() {
-			if m := re.FindStringSubmatch(sc.Text()); m != nil {
-				ports <- m[1]
-				break
-			}
-		}
-		_, _ = io.Copy(io.Discard, stdout)
-	}()
-	var endpoint string
-	select {
-	case port := <-ports:
-		endpoint = "http://127.0.0.1:" + port
-	case err := <-exited:
-		exited <- err
-		stop()
-		return nil, fmt.Errorf("fauxqs exited at start (%v): %s", err, stderr.String())
-	case <-time.After(30 * time.Second):
-		stop()
-		return nil, fmt.Errorf("fauxqs printed no port within 30s: %s", stderr.String())
-	}
+	stop := proc.Stop
+	endpoint := "http://127.0.0.1:" + ports[0]
 	if err := WaitReady(endpoint, 15*time.Second); err != nil {
 		stop()
-		return nil, fmt.Errorf("fauxqs at %s: %w: %s", endpoint, err, stderr.String())
+		return nil, fmt.Errorf("fauxqs at %s: %w", endpoint, err)
 	}
 	return &Emulator{Endpoint: endpoint, stop: stop}, nil
 }
@@ -177,15 +120,4 @@ func listQueues(endpoint string) error {
 		return fmt.Errorf("ListQueues: HTTP %d", resp.StatusCode)
 	}
 	return nil
-}
-
-type syncWriter struct {
-	mu sync.Mutex
-	w  io.Writer
-}
-
-func (s *syncWriter) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.w.Write(p)
 }

@@ -12,23 +12,21 @@
 package servicebusdouble
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"net/http"
 	"net/url"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"regexp"
 	"runtime"
 	"strconv"
-	"sync"
 	"time"
+
+	"github.com/dedupq/dedupq/localstack/internal/nodeproc"
 )
 
 // Double is a running double.
@@ -72,79 +70,21 @@ func dir() string {
 // Start starts the double on free ports, or returns why it cannot run here
 // (node or the npm package missing).
 func Start() (*Double, error) {
-	node, err := exec.LookPath("node")
-	if err != nil {
-		return nil, errors.New("node is not installed")
-	}
-	d := dir()
-	if _, err := os.Stat(filepath.Join(d, "node_modules", "rhea", "package.json")); err != nil {
-		return nil, errors.New("rhea is not installed: run `npm ci --prefix localstack/servicebus-double` in the repository root")
-	}
-	cmd := exec.Command(node, "start.mjs")
-	cmd.Dir = d
-	cmd.Env = append(os.Environ(), "DOUBLE_PORT=0")
-	// start.mjs exits when its stdin closes, so a double cannot outlive a
-	// test binary that is killed.
-	stdin, err := cmd.StdinPipe()
-	if err != nil {
-		return nil, err
-	}
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		return nil, err
-	}
-	var stderr bytes.Buffer
-	cmd.Stderr = &syncWriter{w: &stderr}
+	var stderr io.Writer
 	if os.Getenv("DOUBLE_DEBUG") != "" {
 		// DOUBLE_DEBUG makes start.mjs report its own errors; show them.
-		cmd.Stderr = io.MultiWriter(cmd.Stderr, os.Stderr)
+		stderr = os.Stderr
 	}
-	if err := cmd.Start(); err != nil {
-		return nil, fmt.Errorf("starting the servicebus double: %w", err)
+	proc, ports, err := nodeproc.Start(nodeproc.Spec{
+		Name: "the servicebus double", Dir: dir(), Script: "start.mjs", Module: "rhea",
+		Env: []string{"DOUBLE_PORT=0"}, Stderr: stderr,
+		Ready: regexp.MustCompile(`listening on port (\d+) control port (\d+)`),
+	})
+	if err != nil {
+		return nil, err
 	}
-	exited := make(chan error, 1)
-	go func() { exited <- cmd.Wait() }()
-	stop := func() error {
-		stdin.Close()
-		t := time.NewTimer(5 * time.Second)
-		defer t.Stop()
-		select {
-		case <-exited:
-			return nil
-		case <-t.C:
-		}
-		_ = cmd.Process.Kill()
-		<-exited
-		return errors.New("the servicebus double did not stop within 5s; killed")
-	}
-	type ports struct{ amqp, control int }
-	found := make(chan ports, 1)
-	go func() {
-		sc := bufio.NewScanner(stdout)
-		re := regexp.MustCompile(`listening on port (\d+) control port (\d+)`)
-		for sc.Scan() {
-			if m := re.FindStringSubmatch(sc.Text()); m != nil {
-				a, _ := strconv.Atoi(m[1])
-				c, _ := strconv.Atoi(m[2])
-				found <- ports{a, c}
-				break
-			}
-		}
-		_, _ = io.Copy(io.Discard, stdout)
-	}()
-	deadline := time.NewTimer(30 * time.Second)
-	defer deadline.Stop()
-	select {
-	case p := <-found:
-		return &Double{Port: p.amqp, ControlURL: fmt.Sprintf("http://127.0.0.1:%d", p.control), stop: stop}, nil
-	case err := <-exited:
-		exited <- err
-		stop()
-		return nil, fmt.Errorf("the servicebus double exited at start (%v): %s", err, stderr.String())
-	case <-deadline.C:
-		stop()
-		return nil, fmt.Errorf("the servicebus double printed no port within 30s: %s", stderr.String())
-	}
+	amqp, _ := strconv.Atoi(ports[0])
+	return &Double{Port: amqp, ControlURL: "http://127.0.0.1:" + ports[1], stop: proc.Stop}, nil
 }
 
 // Stop stops the double.
@@ -215,15 +155,4 @@ func (d *Double) call(ctx context.Context, method, path string, in, out any) err
 		return json.Unmarshal(b, out)
 	}
 	return nil
-}
-
-type syncWriter struct {
-	mu sync.Mutex
-	w  io.Writer
-}
-
-func (s *syncWriter) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.w.Write(p)
 }
