@@ -32,6 +32,7 @@ package adaptertest
 import (
 	"context"
 	"fmt"
+	"sync"
 	"testing"
 	"time"
 
@@ -160,3 +161,30 @@ func (s *suite) open(t *testing.T, cfg Config) Entity {
 // nonce keeps IDs unique across runs, in case a harness reuses an entity
 // whose window still remembers an earlier run's IDs.
 func nonce() string { return fmt.Sprintf("%x", time.Now().UnixNano()&0xffffffffff) }
+
+// DeadLettersFrom makes an Entity.DeadLetters for a backend whose dead
+// letters land on another entity that a driver can consume (an SQS
+// dead-letter queue, a Pub/Sub dead-letter subscription). Each call takes
+// what arrived since the last off dead (acking it) and returns every ID
+// seen so far.
+func DeadLettersFrom(dead driver.Subscription) func(ctx context.Context) ([]string, error) {
+	var mu sync.Mutex
+	var ids []string
+	return func(ctx context.Context) ([]string, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		rctx, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
+		defer cancel()
+		ds, err := dead.Receive(rctx, 10)
+		if err != nil && rctx.Err() == nil {
+			return nil, err
+		}
+		for _, d := range ds {
+			ids = append(ids, d.Message.ID)
+			if err := dead.Ack(ctx, d); err != nil {
+				return nil, err
+			}
+		}
+		return append([]string(nil), ids...), nil
+	}
+}

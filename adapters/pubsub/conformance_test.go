@@ -28,7 +28,6 @@ package pubsub_test
 
 import (
 	"context"
-	"sync"
 	"testing"
 	"time"
 
@@ -155,27 +154,7 @@ func (h harness) Open(ctx context.Context, t *testing.T, cfg adaptertest.Config)
 			t.Fatalf("OpenSubscription on the dead-letter subscription: %v", err)
 		}
 		t.Cleanup(func() { dead.Close() })
-		var mu sync.Mutex
-		var ids []string
-		// Dead letters are acked as they are read, so each call adds only
-		// what arrived since the last.
-		ent.DeadLetters = func(ctx context.Context) ([]string, error) {
-			mu.Lock()
-			defer mu.Unlock()
-			rctx, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
-			defer cancel()
-			ds, err := dead.Receive(rctx, 10)
-			if err != nil && rctx.Err() == nil {
-				return nil, err
-			}
-			for _, d := range ds {
-				ids = append(ids, d.Message.ID)
-				if err := dead.Ack(ctx, d); err != nil {
-					return nil, err
-				}
-			}
-			return append([]string(nil), ids...), nil
-		}
+		ent.DeadLetters = adaptertest.DeadLettersFrom(dead)
 	}
 	return ent
 }
