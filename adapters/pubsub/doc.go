@@ -107,9 +107,16 @@
 // exactly-once the client resolves the result at once and sends the ack
 // later, in a batch, without confirmation.
 //
-// Nack makes the message available again at once, subject to the
-// subscription's retry policy; Pub/Sub has no per-message delay, so Nack's
-// delay is ignored (set a retry policy on the subscription instead).
+// Pub/Sub has no per-message redelivery delay, so a Nack with a positive
+// delay is held by the Subscription: Nack returns at once, the message
+// stays unsettled in the client, whose lease management keeps extending
+// its ack deadline, and the client's Nack is called when the delay has
+// passed. The hold is capped at the lease (Options.AckExtension, see
+// below) and at what remains of Options.MaxExtension since receipt; it
+// covers the wait dedup.Guard asks for when another handler holds a key,
+// which would otherwise burn a delivery attempt at once. The
+// subscription's retry policy, if any, applies after the hold. Close nacks
+// every held message at once. A Nack without a delay nacks at once.
 //
 // The client manages ack deadlines itself: it extends the lease of every
 // message it holds by Options.AckExtension at a time, until the message is
@@ -134,9 +141,11 @@
 // to the subscription's topic so that publisher and consumer report the
 // same window. The redelivery policy is: MaxDeliveries from the dead-letter
 // policy's MaxDeliveryAttempts (none: unlimited); AckWait the lease the
-// client keeps on a message it holds (see Options.AckExtension); and, when
-// the subscription has a retry policy, its maximum backoff before every
-// redelivery — an upper bound, since Pub/Sub grows the backoff
-// exponentially between the minimum and the maximum without documenting
-// the steps.
+// client keeps on a message it holds (see Options.AckExtension); and as the
+// backoff before every redelivery, the longest hold a Nack applies (the
+// lease) plus, when the subscription has a retry policy, its maximum
+// backoff — an upper bound, since Pub/Sub grows the backoff exponentially
+// between the minimum and the maximum without documenting the steps. The
+// hold is counted so that Span stays a worst case; the Consumer then also
+// holds a nack whose handler asked for no delay for the lease.
 package pubsub

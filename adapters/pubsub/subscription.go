@@ -176,9 +176,12 @@ type inflight struct {
 	received time.Time
 	once     sync.Once
 	done     chan struct{}
-	// op and ack are set inside once: read them only after once.Do.
+	// op, ack and hold are set inside once: read them only after once.Do.
 	op  string
 	ack *gpubsub.AckResult
+	// hold is how long a nack waits before the client's Nack; the callback
+	// waits it out, so the client keeps extending the lease meanwhile.
+	hold time.Duration
 }
 
 // settle runs f as the delivery's one settlement, named op, unless it was
@@ -260,16 +263,21 @@ func (s *Subscription) Window(ctx context.Context) (window.Window, error) {
 
 // Redelivery reads the subscription again and reports its redelivery
 // policy: the dead-letter policy's MaxDeliveryAttempts (unlimited without
-// one), the lease the client keeps as AckWait, and the retry policy's
-// maximum backoff before each redelivery (none without a retry policy).
+// one), the lease the client keeps as AckWait, and as the backoff before
+// each redelivery the longest hold a nack applies (the lease, see Nack)
+// plus the retry policy's maximum backoff (none without a retry policy).
+// The hold is counted because a nacked message can stay held that long
+// before Pub/Sub's own backoff starts: without it Span would not be a
+// worst case. The Consumer also takes the backoff as the delay of a nack
+// whose handler asked for none, so such a nack is held for the lease.
 func (s *Subscription) Redelivery(ctx context.Context) (window.RedeliveryPolicy, error) {
 	info, err := s.refresh(ctx)
 	if err != nil {
 		return window.RedeliveryPolicy{}, err
 	}
 	r := window.RedeliveryPolicy{MaxDeliveries: info.MaxDeliveryAttempts, AckWait: s.lease}
-	if info.MaxBackoff > 0 {
-		r.Backoff = []time.Duration{info.MaxBackoff}
+	if b := s.holdCap() + max(info.MaxBackoff, 0); b > 0 {
+		r.Backoff = []time.Duration{b}
 	}
 	return r, nil
 }
@@ -349,6 +357,18 @@ func (s *Subscription) callback(ctx context.Context, m *gpubsub.Message) {
 	case <-it.done:
 	case <-s.closing:
 		it.settle("nack", m.Nack)
+	}
+	if it.hold > 0 {
+		// A delayed nack: m is still unsettled for the client, which keeps
+		// its lease; Close or the end of the receive ends the hold at once.
+		t := time.NewTimer(it.hold)
+		defer t.Stop()
+		select {
+		case <-t.C:
+		case <-s.closing:
+		case <-ctx.Done():
+		}
+		m.Nack()
 	}
 }
 
@@ -498,19 +518,33 @@ func (s *Subscription) wait(ctx context.Context, it *inflight) error {
 	return nil
 }
 
-// Nack makes d available for redelivery at once, subject to the
-// subscription's retry policy; Pub/Sub has no per-message delay, so delay is
-// ignored.
-func (s *Subscription) Nack(_ context.Context, d *driver.Delivery, _ time.Duration) error {
+// Nack makes d available for redelivery, subject to the subscription's
+// retry policy. Pub/Sub has no per-message delay, so a positive delay is
+// honoured by holding: Nack returns at once, the message stays unsettled
+// in the client (whose lease management keeps extending its ack deadline)
+// and the client's Nack is called when the delay has passed. The hold is
+// capped at the lease (Delivery.Lease, which covers the wait dedup.Guard
+// asks for) and at what remains of Options.MaxExtension since receipt;
+// Close ends every hold at once. The retry policy's backoff, if any, comes
+// on top.
+func (s *Subscription) Nack(_ context.Context, d *driver.Delivery, delay time.Duration) error {
 	it, err := handle(d)
 	if err != nil {
 		return err
 	}
-	if op := it.settle("nack", it.m.Nack); op != "nack" {
+	hold := min(delay, s.holdCap(), s.opts.MaxExtension-time.Since(it.received))
+	f := it.m.Nack
+	if hold > 0 {
+		f = func() { it.hold = hold }
+	}
+	if op := it.settle("nack", f); op != "nack" {
 		return fmt.Errorf("dedupq/pubsub: nack of message %s: %w (%s)", it.m.ID, errSettled, op)
 	}
 	return nil
 }
+
+// holdCap is the longest hold Nack applies.
+func (s *Subscription) holdCap() time.Duration { return s.lease }
 
 // Terminate stops d reaching a handler again. With a dead-letter policy it
 // nacks d and nacks each redelivery to this Subscription unseen, until
@@ -562,8 +596,8 @@ func (s *Subscription) Extend(_ context.Context, d *driver.Delivery, by time.Dur
 	return nil
 }
 
-// Close nacks every message not yet settled — those waiting for Receive
-// and those handed out — stops receiving, and closes the client if the
+// Close nacks every message not yet settled — those waiting for Receive,
+// those handed out and those a delayed Nack holds — stops receiving, and closes the client if the
 // Subscription made it.
 func (s *Subscription) Close() error {
 	s.mu.Lock()

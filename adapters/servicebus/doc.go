@@ -20,11 +20,21 @@
 // properties (Options.Stated), and the window says so.
 //
 // Consuming uses a peek-lock Receiver: Attempt is DeliveryCount, Ack is
-// Complete, Nack is Abandon (immediately redelivered: Service Bus has no
-// per-message redelivery delay, so the nack delay is not honoured and the
-// redelivery policy reports no backoff), Terminate is DeadLetter with
-// reason DeadLetterReason, Extend is RenewMessageLock, and the lease is
+// Complete, Nack is Abandon, Terminate is DeadLetter with reason
+// DeadLetterReason, Extend is RenewMessageLock, and the lease is
 // LockDuration. Session entities are refused by OpenSubscription for now.
+//
+// Service Bus redelivers an abandoned message at once and has no
+// per-message redelivery delay, so a nack with a positive delay is held by
+// the Subscription: Nack returns at once, the message stays locked
+// (renewed with RenewMessageLock when the hold outlasts the lock) and is
+// abandoned when the delay has passed. The hold is capped at LockDuration,
+// which covers the wait dedup.Guard asks for when another handler holds a
+// key; without the hold each such deferral would burn one of
+// MaxDeliveryCount deliveries at once. Close abandons every held message at
+// once. The redelivery policy reports LockDuration as the backoff before
+// every redelivery, so that Span stays a worst case; the Consumer then
+// also holds a nack whose handler asked for no delay for LockDuration.
 //
 // Import the package to register the servicebus:// scheme (see URLOpener).
 package servicebus
