@@ -1,0 +1,40 @@
+// Runnable examples of the window arithmetic: no services.
+package window_test
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/dedupq/dedupq/window"
+)
+
+// The same retry policy fits a 10-minute Service Bus window and not SQS's
+// fixed 5 minutes; declaring consumer-side dedup that covers it makes it
+// acceptable on SQS.
+func ExampleCheckPublisher() {
+	policy := window.RetryPolicy{MaxAttempts: 8, InitialBackoff: 5 * time.Second, MaxBackoff: time.Minute, Multiplier: 2, AttemptTimeout: 10 * time.Second}
+	serviceBus := window.Window{Backend: "servicebus", Duration: 10 * time.Minute, Kind: window.KindConfigured, Source: window.SourceDiscovered}
+	sqs := window.Window{Backend: "sqs", Duration: 5 * time.Minute, Kind: window.KindFixed, Source: window.SourceDocumented}
+
+	fmt.Println("span:", policy.Span())
+	fmt.Println("service bus:", window.CheckPublisher(window.PublisherPlan{Retry: policy, Window: serviceBus}))
+	fmt.Println("sqs:", window.CheckPublisher(window.PublisherPlan{Retry: policy, Window: sqs}))
+	fmt.Println("sqs + dedup TTL 10m:", window.CheckPublisher(window.PublisherPlan{Retry: policy, Window: sqs, DedupTTL: 10 * time.Minute}))
+	// Output:
+	// span: 5m35s
+	// service bus: <nil>
+	// sqs: dedupq: unsafe publisher retry policy: worst-case span 5m35s exceeds the broker window 5m0s less a 20% safety margin = 4m0s (sqs dedup window 5m0s (fixed by the broker, documented)); fix: lower MaxAttempts to 6, or MaxBackoff to 31s, or declare consumer-side dedup with TTL ≥ 6m59s
+	// sqs + dedup TTL 10m: <nil>
+}
+
+// A consumer's dedup store must remember completed keys for as long as the
+// broker may redeliver: unlimited redelivery never fits.
+func ExampleCheckConsumer() {
+	jetstream := window.Window{Backend: "jetstream", Duration: 2 * time.Minute, Kind: window.KindConfigured, Source: window.SourceDiscovered}
+	bounded := window.RedeliveryPolicy{MaxDeliveries: 5, AckWait: 30 * time.Second}
+	fmt.Println(window.CheckConsumer(window.ConsumerPlan{Redelivery: bounded, Window: jetstream, DedupTTL: time.Hour}))
+	fmt.Println(window.CheckConsumer(window.ConsumerPlan{Redelivery: window.RedeliveryPolicy{AckWait: 30 * time.Second}, Window: jetstream, DedupTTL: time.Hour}))
+	// Output:
+	// <nil>
+	// dedupq: unsafe consumer retry policy: worst-case span unbounded exceeds the dedup store TTL 1h0m0s less a 20% safety margin = 48m0s (jetstream dedup window 2m0s (configured on the entity, discovered from the broker)); fix: bound redeliveries (MaxDeliveries / MaxDeliver / maxReceiveCount / MaxDeliveryCount)
+}
