@@ -37,6 +37,7 @@ type ValidationError struct {
 	Err error
 }
 
+// Error implements the error interface.
 func (e *ValidationError) Error() string {
 	return fmt.Sprintf("dedupq: message %d (id %q) refused before sending: %s: %s", e.Index, trimID(e.ID), e.Field, e.Reason)
 }
@@ -72,6 +73,7 @@ type PublishError struct {
 	Err error
 }
 
+// Error implements the error interface.
 func (e *PublishError) Error() string {
 	sent := "not sent"
 	if e.MaybeSent {
@@ -80,6 +82,7 @@ func (e *PublishError) Error() string {
 	return fmt.Sprintf("dedupq: publish of message %d (id %q) failed after %d attempt(s), %s: %v", e.Index, trimID(e.ID), e.Attempts, sent, e.Err)
 }
 
+// Unwrap returns the underlying error, for errors.Is and errors.As.
 func (e *PublishError) Unwrap() error { return e.Err }
 
 // BatchError lists the messages of a batch that failed; every message not
@@ -92,6 +95,7 @@ type BatchError struct {
 	Failed []error
 }
 
+// Error implements the error interface.
 func (e *BatchError) Error() string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "dedupq: %d of %d messages failed", len(e.Failed), e.Total)
@@ -135,10 +139,12 @@ type RetryAfterError struct {
 	Err   error
 }
 
+// Error implements the error interface.
 func (e *RetryAfterError) Error() string {
 	return fmt.Sprintf("retry after %s: %v", e.Delay, e.Err)
 }
 
+// Unwrap returns the underlying error, for errors.Is and errors.As.
 func (e *RetryAfterError) Unwrap() error { return e.Err }
 
 // RetryAfter wraps a handler error so that the delivery is redelivered after

@@ -143,6 +143,7 @@ type ParamError struct {
 	Reason string
 }
 
+// Error implements the error interface.
 func (e *ParamError) Error() string {
 	return fmt.Sprintf("dedupq: URL %q: parameter %q: %s", e.URL, e.Param, e.Reason)
 }

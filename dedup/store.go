@@ -35,6 +35,7 @@ const (
 	InProgress
 )
 
+// String implements fmt.Stringer.
 func (s State) String() string {
 	switch s {
 	case Acquired:
@@ -86,6 +87,7 @@ type ConflictError struct {
 	StoredWhen State
 }
 
+// Error implements the error interface.
 func (e *ConflictError) Error() string {
 	return fmt.Sprintf("dedup: key %q was %s with payload fingerprint %s, now seen with %s", e.Key, e.StoredWhen, short(e.Stored), short(e.Got))
 }

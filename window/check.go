@@ -99,6 +99,7 @@ type UnsafeRetryError struct {
 	Fixes []string
 }
 
+// Error implements the error interface.
 func (e *UnsafeRetryError) Error() string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "dedupq: unsafe %s retry policy: worst-case span %s", e.Side, fmtDur(e.Span))

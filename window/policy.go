@@ -179,6 +179,7 @@ func (r RedeliveryPolicy) Span() time.Duration {
 	return span
 }
 
+// String implements fmt.Stringer.
 func (r RedeliveryPolicy) String() string {
 	if r.Unlimited() {
 		return fmt.Sprintf("unlimited deliveries, ack wait %s", r.AckWait)

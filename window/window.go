@@ -36,6 +36,7 @@ const (
 	KindConfigured
 )
 
+// String implements fmt.Stringer.
 func (k Kind) String() string {
 	switch k {
 	case KindNone:
@@ -63,6 +64,7 @@ const (
 	SourceConfigured
 )
 
+// String implements fmt.Stringer.
 func (s Source) String() string {
 	switch s {
 	case SourceDocumented:

@@ -119,6 +119,7 @@ type AckError struct {
 	Err error
 }
 
+// Error implements the error interface.
 func (e *AckError) Error() string {
 	return fmt.Sprintf("dedupq/pubsub: ack of message %s not confirmed: %s: %v", e.MessageID, statusName(e.Status), e.Err)
 }

@@ -43,6 +43,7 @@ func (e Entity) sendPath() string {
 	return e.Topic
 }
 
+// String implements fmt.Stringer.
 func (e Entity) String() string {
 	switch {
 	case e.Queue != "":

@@ -189,10 +189,12 @@ type TooLargeError struct {
 	Err error
 }
 
+// Error implements the error interface.
 func (e *TooLargeError) Error() string {
 	return fmt.Sprintf("dedupq/servicebus: message %q is too large for the entity: %v", e.ID, e.Err)
 }
 
+// Unwrap returns the underlying error, for errors.Is and errors.As.
 func (e *TooLargeError) Unwrap() error { return e.Err }
 
 // BatchSendError is the failure of one MessageBatch transfer, reported on
@@ -203,10 +205,12 @@ type BatchSendError struct {
 	Err  error
 }
 
+// Error implements the error interface.
 func (e *BatchSendError) Error() string {
 	return fmt.Sprintf("dedupq/servicebus: batch of %d message(s) failed as a whole (Service Bus stores a batch all or nothing): %v", e.Size, e.Err)
 }
 
+// Unwrap returns the underlying error, for errors.Is and errors.As.
 func (e *BatchSendError) Unwrap() error { return e.Err }
 
 // SendBatch sends msgs in as few MessageBatch transfers as the size limit
