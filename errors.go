@@ -148,7 +148,9 @@ func (e *RetryAfterError) Error() string {
 func (e *RetryAfterError) Unwrap() error { return e.Err }
 
 // RetryAfter wraps a handler error so that the delivery is redelivered after
-// delay (as far as the backend allows).
+// delay (as far as the backend allows). Keep delay within the delivery's
+// Lease: the startup check counts each delivery as lasting at most its
+// lease, so longer delays stretch the redelivery span past what it checked.
 func RetryAfter(err error, delay time.Duration) error {
 	if err == nil {
 		return nil
