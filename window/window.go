@@ -102,12 +102,12 @@ func (w Window) String() string {
 	if name == "" {
 		name = "backend"
 	}
-	if w.Kind == KindNone || w.Duration <= 0 {
-		return fmt.Sprintf("%s has no publish-side dedup window (%s)", name, w.Source)
-	}
 	scope := ""
 	if w.Scope != "" {
 		scope = ", scope " + w.Scope
+	}
+	if w.Kind == KindNone || w.Duration <= 0 {
+		return fmt.Sprintf("%s has no publish-side dedup window (%s%s)", name, w.Source, scope)
 	}
 	return fmt.Sprintf("%s dedup window %s (%s, %s%s)", name, w.Duration, w.Kind, w.Source, scope)
 }

@@ -36,7 +36,9 @@ func TestStartupCheck(t *testing.T) {
 		refused string // substring of the error; empty means accepted
 	}{
 		{"default retries, no dedup declared", dedupq.PublisherOptions{Retry: &def},
-			"dedupq: unsafe publisher retry policy: worst-case span 51.5s has nothing to protect it: pubsub has no publish-side dedup window (documented) and no consumer-side dedup was declared; fix: set MaxAttempts to 1 (no retries), or declare consumer-side dedup with TTL ≥ 1m5s"},
+			"dedupq: unsafe publisher retry policy: worst-case span 51.5s has nothing to protect it: pubsub has no publish-side dedup window (documented, scope topic projects/dedupq-test/topics/"},
+		{"the fix is named", dedupq.PublisherOptions{Retry: &def},
+			") and no consumer-side dedup was declared; fix: set MaxAttempts to 1 (no retries), or declare consumer-side dedup with TTL ≥ 1m5s"},
 		{"nil policy means the default", dedupq.PublisherOptions{}, "has nothing to protect it"},
 		{"default retries, consumer dedup declared", dedupq.PublisherOptions{Retry: &def, ConsumerDedupTTL: 24 * time.Hour}, ""},
 		{"no retries", dedupq.PublisherOptions{Retry: &window.RetryPolicy{MaxAttempts: 1}}, ""},
@@ -367,5 +369,29 @@ func TestOpenByURL(t *testing.T) {
 	}
 	if _, err := dedupq.OpenPublisher(ctx, base+"missing-topic"+q, dedupq.PublisherOptions{}); err == nil {
 		t.Errorf("OpenPublisher on a missing topic succeeded")
+	}
+}
+
+// TestWindowNamesExactlyOnce: the consumer's window says whether the
+// subscription rules out redelivery after a successful ack, so that a
+// startup error shows it.
+func TestWindowNamesExactlyOnce(t *testing.T) {
+	srv := pstestServer()
+	c := srv.client(t)
+	for _, eo := range []bool{false, true} {
+		f := srv.create(t.Context(), t, c, subConfig{exactlyOnce: eo})
+		sub, err := dpubsub.OpenSubscription(t.Context(), c, f.sub, srv.options())
+		if err != nil {
+			t.Fatal(err)
+		}
+		w, err := sub.Window(t.Context())
+		sub.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := map[bool]string{false: "exactly-once delivery off", true: "exactly-once delivery on"}[eo]
+		if !strings.Contains(w.String(), want) || w.Kind != window.KindNone {
+			t.Errorf("exactly-once %v: window %q, want KindNone mentioning %q", eo, w, want)
+		}
 	}
 }

@@ -92,9 +92,18 @@ func parseSubscription(s *pb.Subscription) SubscriptionInfo {
 	return info
 }
 
-// Window is the publish-side window of the subscription's topic: none.
-// ExactlyOnce says whether redelivery after a successful ack is ruled out.
-func (i SubscriptionInfo) Window() window.Window { return noWindow(i.Topic) }
+// Window is the publish-side window of the subscription's topic: none. Its
+// scope names the subscription and whether exactly-once delivery rules out
+// redelivery after a successful ack, so that startup errors show it.
+func (i SubscriptionInfo) Window() window.Window {
+	w := noWindow(i.Topic)
+	eo := "off"
+	if i.ExactlyOnce {
+		eo = "on"
+	}
+	w.Scope = fmt.Sprintf("subscription %s of %s, exactly-once delivery %s", i.Name, w.Scope, eo)
+	return w
+}
 
 // lease is the ack deadline the client keeps on a message it holds.
 func lease(info SubscriptionInfo, o Options) time.Duration {
