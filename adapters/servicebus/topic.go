@@ -12,6 +12,7 @@ import (
 	"github.com/Azure/go-amqp"
 
 	"github.com/dedupq/dedupq/driver"
+	"github.com/dedupq/dedupq/internal/recent"
 	"github.com/dedupq/dedupq/window"
 )
 
@@ -104,7 +105,7 @@ type Topic struct {
 	sender Sender
 	entity Entity
 	opts   Options
-	seen   seenIDs
+	seen   recent.IDs
 
 	mu     sync.Mutex
 	props  EntityProperties
@@ -244,7 +245,7 @@ func (t *Topic) SendBatch(ctx context.Context, msgs []*driver.Message) ([]driver
 				continue
 			}
 			results[i].BackendID = msgs[i].ID
-			results[i].Duplicate = t.seen.observe(msgs[i].ID, now, p.DuplicateDetectionWindow)
+			results[i].Duplicate = t.seen.Observe(msgs[i].ID, now, p.DuplicateDetectionWindow)
 		}
 		batch, index = nil, nil
 	}
@@ -362,40 +363,4 @@ func closeTimeout(o Options) time.Duration {
 		return o.CloseTimeout
 	}
 	return 10 * time.Second
-}
-
-// seenIDs remembers the IDs this Topic stored, each until the window it
-// was stored under has passed, to tell a duplicate from a first send.
-type seenIDs struct {
-	mu  sync.Mutex
-	ids map[string]time.Time
-}
-
-// seenMax bounds the memory of seenIDs; beyond it the oldest are dropped,
-// so a duplicate may then be reported as a plain success.
-const seenMax = 100000
-
-// observe records id as stored at now and reports whether it was already
-// stored within window.
-func (s *seenIDs) observe(id string, now time.Time, w time.Duration) bool {
-	if w <= 0 {
-		return false
-	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.ids == nil {
-		s.ids = make(map[string]time.Time)
-	}
-	if until, ok := s.ids[id]; ok && now.Before(until) {
-		return true
-	}
-	if len(s.ids) >= seenMax {
-		for k, until := range s.ids {
-			if !now.Before(until) || len(s.ids) >= seenMax {
-				delete(s.ids, k)
-			}
-		}
-	}
-	s.ids[id] = now.Add(w)
-	return false
 }

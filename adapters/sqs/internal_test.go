@@ -242,34 +242,3 @@ func TestLimits(t *testing.T) {
 		}
 	}
 }
-
-func TestSeenIDs(t *testing.T) {
-	t0 := time.Unix(0, 0)
-	var s seenIDs
-	for _, step := range []struct {
-		id   string
-		at   time.Duration
-		want bool
-	}{
-		{"a", 0, false},
-		{"a", time.Second, true},
-		{"b", time.Minute, false},
-		{"a", DedupWindow - time.Nanosecond, true},
-		{"a", DedupWindow, false}, // forgotten with the window; seen anew
-		{"b", DedupWindow, true},
-		{"", DedupWindow, false},
-		{"", DedupWindow, false},
-	} {
-		if got := s.observe(step.id, t0.Add(step.at)); got != step.want {
-			t.Errorf("observe(%q) at %s = %v, want %v", step.id, step.at, got, step.want)
-		}
-	}
-	// Past seenMax the oldest are forgotten, so memory stays bounded.
-	var big seenIDs
-	for i := range seenMax + 10 {
-		big.observe(fmt.Sprint(i), t0)
-	}
-	if len(big.at) > seenMax || big.observe("0", t0) {
-		t.Errorf("%d remembered, oldest still known; want at most %d", len(big.at), seenMax)
-	}
-}

@@ -16,6 +16,7 @@ import (
 	"github.com/aws/smithy-go"
 
 	"github.com/dedupq/dedupq/driver"
+	"github.com/dedupq/dedupq/internal/recent"
 	"github.com/dedupq/dedupq/window"
 )
 
@@ -245,7 +246,7 @@ func limits(o Options, q QueueInfo) driver.Limits {
 type Topic struct {
 	api  API
 	opts Options
-	seen seenIDs
+	seen recent.IDs
 
 	mu     sync.Mutex
 	info   QueueInfo
@@ -367,7 +368,7 @@ func (e *refused) Unwrap() error { return e.err }
 // SQS answers a send it dropped as a duplicate with the MessageId of the
 // message it kept, and says nothing more; so SendResult.Duplicate is true
 // when the MessageId is one this Topic was already given within the last
-// 5 minutes (for up to seenMax messages). A duplicate of a message another
+// 5 minutes (for up to recent.DefaultMax messages). A duplicate of a message another
 // process or Topic sent is reported as a plain success.
 func (t *Topic) SendBatch(ctx context.Context, msgs []*driver.Message) ([]driver.SendResult, error) {
 	t.mu.Lock()
@@ -467,7 +468,7 @@ func (t *Topic) send(ctx context.Context, url string, entries []types.SendMessag
 	for _, s := range out.Successful {
 		if i, ok := entryIndex(s.Id, index); ok {
 			results[i].BackendID = aws.ToString(s.MessageId)
-			results[i].Duplicate = t.seen.observe(results[i].BackendID, now)
+			results[i].Duplicate = t.seen.Observe(results[i].BackendID, now, DedupWindow)
 			answered[aws.ToString(s.Id)] = true
 		}
 	}
@@ -558,40 +559,4 @@ func isRetryable(err error) bool {
 		return !(code >= 400 && code < 500 && code != 408 && code != 429)
 	}
 	return true
-}
-
-// seenMax bounds the MessageIds a Topic remembers for duplicate reporting:
-// about 8 MiB, which covers 5 minutes of sending at 200 messages a second.
-// Beyond it the oldest are forgotten and their duplicates reported as
-// plain successes, which is all that is lost.
-const seenMax = 1 << 16
-
-// seenIDs remembers the MessageIds SQS returned in the last DedupWindow.
-type seenIDs struct {
-	mu    sync.Mutex
-	at    map[string]time.Time
-	order []string // oldest first
-}
-
-// observe records id and reports whether it was already seen within the
-// window.
-func (s *seenIDs) observe(id string, now time.Time) bool {
-	if id == "" {
-		return false
-	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	for len(s.order) > 0 && (len(s.order) >= seenMax || now.Sub(s.at[s.order[0]]) >= DedupWindow) {
-		delete(s.at, s.order[0])
-		s.order = s.order[1:]
-	}
-	if first, ok := s.at[id]; ok && now.Sub(first) < DedupWindow {
-		return true
-	}
-	if s.at == nil {
-		s.at = make(map[string]time.Time)
-	}
-	s.at[id] = now
-	s.order = append(s.order, id)
-	return false
 }
