@@ -260,6 +260,11 @@ func CheckConsumer(p ConsumerPlan) error {
 	if !fitsWindow(p.ProducerSpan, p.Window, m) {
 		beyond = p.ProducerSpan
 	}
+	if beyond == 0 && p.Redelivery.MaxDeliveries == 1 {
+		// One copy, delivered once: its only claim comes before anything
+		// completes, so no TTL is too short.
+		return nil
+	}
 	span := addSat(p.Redelivery.Span(), beyond)
 	if span <= usable(p.DedupTTL, m) {
 		return nil

@@ -38,7 +38,8 @@
 //   - Consumer: T ≥ R when P ≤ W, and T ≥ R + P — the whole P, not P−W —
 //     when P > W. This is the sufficient condition: with a truthful
 //     ProducerSpan it alone rules out a duplicate effect, whatever the
-//     publisher checked.
+//     publisher checked. With P ≤ W and MaxDeliveries 1 there is one
+//     delivery of one copy, claimed before anything completes: any T.
 //
 // Both decide "P fits the window" with the same test, so for equal margins
 // they agree: a publisher that relies on its window is one the consumer

@@ -214,6 +214,8 @@ func TestCheckConsumer(t *testing.T) {
 		// old check asked 1m30s + (10m − 5m) = 6m30s ≤ 0.8 × 8m12s and
 		// accepted; the first copy's key expires at t0+8m12s, the retry at
 		// t0+9m is a new message and runs the effect again.
+		{"one delivery of one copy needs no TTL", ConsumerPlan{Redelivery: RedeliveryPolicy{MaxDeliveries: 1, AckWait: time.Minute}, Window: sqsWindow, DedupTTL: time.Second, ProducerSpan: time.Minute}, false, ""},
+		{"one delivery of each of two copies", ConsumerPlan{Redelivery: RedeliveryPolicy{MaxDeliveries: 1, AckWait: time.Minute}, Window: sqsWindow, DedupTTL: time.Second, ProducerSpan: 6 * time.Minute}, true, "raise the dedup store TTL to ≥ 8m45s"},
 		{"issue 9 defect 1", ConsumerPlan{Redelivery: RedeliveryPolicy{MaxDeliveries: 3, AckWait: 30 * time.Second}, Window: memWindow5m, DedupTTL: 8*time.Minute + 12*time.Second, ProducerSpan: 10 * time.Minute}, true, "raise the dedup store TTL to ≥ 14m23s"},
 		{"margin applies to the window too", ConsumerPlan{Redelivery: sqsRedelivery, Window: sqsWindow, DedupTTL: 4 * time.Minute, ProducerSpan: 4*time.Minute + time.Second}, true, "raise the dedup store TTL to ≥ 8m9s"},
 		{"no margin: span equal to the window fits", ConsumerPlan{Redelivery: sqsRedelivery, Window: sqsWindow, DedupTTL: 150 * time.Second, ProducerSpan: 5 * time.Minute, Margin: -1}, false, ""},
