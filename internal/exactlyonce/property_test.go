@@ -195,7 +195,7 @@ func explore(r *rand.Rand, p plan, tl *tally) (kind, msg string) {
 		for i := range randomPerPlan + 1 {
 			adv, name := adversary{}, "worst case"
 			if i > 0 {
-				adv, name = adversary{r: rand.New(rand.NewPCG(r.Uint64(), r.Uint64()))}, "random schedule "+strconv.Itoa(i)
+				adv, name = randomAdversary(rand.New(rand.NewPCG(r.Uint64(), r.Uint64()))), "random schedule "+strconv.Itoa(i)
 			}
 			out := run(p, adv)
 			tl.schedules++

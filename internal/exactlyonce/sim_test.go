@@ -513,8 +513,30 @@ func (s *sim) txHandle(p *proc, d *dedupq.Delivery) error {
 
 // adversary decides when sends reach the broker and what each delivery's
 // process does. A nil rand means the worst case, built to break the check's
-// bound: see worstSends and worstDelivery.
-type adversary struct{ r *rand.Rand }
+// bound: see worstSends and worstDelivery. A random adversary mixes in the
+// worst case too: its sends are the worst ones when worstSends is set, and
+// each delivery follows worstDelivery with probability greed.
+type adversary struct {
+	r          *rand.Rand
+	worstSends bool
+	greed      float64
+}
+
+// randomAdversary draws an adversary somewhere between blind chance and
+// the worst case.
+func randomAdversary(r *rand.Rand) adversary {
+	a := adversary{r: r, worstSends: r.IntN(3) == 0}
+	switch r.IntN(4) {
+	case 0:
+	case 1:
+		a.greed = 0.5
+	case 2:
+		a.greed = 0.9
+	default:
+		a.greed = r.Float64()
+	}
+	return a
+}
 
 // longAttempt stands for an attempt without AttemptTimeout.
 func (s *sim) longAttempt() time.Duration {
@@ -522,7 +544,7 @@ func (s *sim) longAttempt() time.Duration {
 }
 
 func (a adversary) sends(s *sim) []time.Duration {
-	if a.r == nil {
+	if a.r == nil || a.worstSends {
 		return worstSends(s)
 	}
 	r, rp := a.r, s.p.retry
@@ -592,7 +614,7 @@ func worstSends(s *sim) []time.Duration {
 }
 
 func (a adversary) delivery(s *sim, p *proc) {
-	if a.r == nil {
+	if a.r == nil || a.r.Float64() < a.greed {
 		worstDelivery(s, p)
 		return
 	}
