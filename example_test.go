@@ -46,7 +46,7 @@ func ExampleNewPublisher_unsafeRetryPolicy() {
 	}
 	// Output:
 	// span: 5m35s
-	// fixes: [lower MaxAttempts to 6 MaxBackoff to 31s declare consumer-side dedup with TTL ≥ 6m59s]
+	// fixes: [lower MaxAttempts to 6 MaxBackoff to 31s declare consumer-side dedup with TTL ≥ 6m59s + the consumers' redelivery span]
 }
 
 // A consumer with a dedup guard runs the handler once per dedup ID, however

@@ -23,9 +23,13 @@ type PublisherOptions struct {
 	Retry *window.RetryPolicy
 	// ConsumerDedupTTL declares that the consumers of this publisher's
 	// messages run consumer-side dedup (package dedup) remembering keys at
-	// least this long. The retry span must then fit this TTL instead of
-	// the broker window, which lets a publisher on a backend with a short
-	// window, or none, retry for longer.
+	// least this long. A retry span that does not fit the broker window
+	// must then fit this TTL, which lets a publisher on a backend with a
+	// short window, or none, retry for longer; a span that fits the window
+	// is accepted whatever the TTL. The consumers' TTL must in fact cover
+	// this span plus their redelivery span, which the publisher cannot see:
+	// give them the span as ConsumerOptions.ProducerSpan and NewConsumer
+	// checks it.
 	ConsumerDedupTTL time.Duration
 	// Margin is the share of the window kept free by the startup check: 0
 	// means window.DefaultMargin (20%), negative means none.

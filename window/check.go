@@ -9,7 +9,7 @@ import (
 
 // DefaultMargin is the share of a window or TTL kept free by the startup
 // check, for clock skew between hosts and broker-side delays that no policy
-// sees.
+// sees. See the package doc for where it applies.
 const DefaultMargin = 0.2
 
 // ErrUnsafeRetry matches every *UnsafeRetryError with errors.Is.
@@ -26,7 +26,9 @@ type PublisherPlan struct {
 	// Window is the broker window that protects the publisher.
 	Window Window
 	// DedupTTL declares consumer-side dedup that remembers keys this long.
-	// When set, the span must fit the TTL instead of the broker window.
+	// A span that does not fit the broker window must then fit this TTL;
+	// the consumers' own check asks their TTL to cover the span plus their
+	// redelivery span.
 	DedupTTL time.Duration
 	// Margin is the share of the window or TTL kept free: 0 means
 	// DefaultMargin, a negative value means none.
@@ -42,8 +44,11 @@ type ConsumerPlan struct {
 	// DedupTTL is how long the consumer's dedup store remembers a
 	// completed key. Zero means no dedup store: nothing to check.
 	DedupTTL time.Duration
-	// ProducerSpan is the publishers' declared worst-case retry span. The
-	// part of it beyond the broker window must be covered by the store.
+	// ProducerSpan is the publishers' declared worst-case retry span. When
+	// it does not fit the broker window less the margin, the store must
+	// cover all of it on top of the redelivery span, not only the part
+	// beyond the window: the first copy's key may be recorded right after
+	// the first send, and the last resend may arrive a whole span later.
 	ProducerSpan time.Duration
 	// Margin is as in PublisherPlan.
 	Margin float64
@@ -126,9 +131,13 @@ func fmtDur(d time.Duration) string {
 	return d.String()
 }
 
-// CheckPublisher returns nil when every resend the plan allows lands while
-// the first send is still remembered, and an *UnsafeRetryError otherwise. A
-// policy without retries is always safe.
+// CheckPublisher returns nil when no resend the plan allows can be stored as
+// a second copy (the span fits the broker window), or, with consumer-side
+// dedup declared, when the span fits that TTL; see the package doc for the
+// model. A span that fits the window is accepted whatever DedupTTL says. A
+// policy without retries is always safe. Passing here with DedupTTL is
+// necessary, not sufficient: the consumers' TTL must also cover their
+// redelivery span, which CheckConsumer checks.
 func CheckPublisher(p PublisherPlan) error {
 	if err := p.Retry.Validate(); err != nil {
 		return err
@@ -138,20 +147,32 @@ func CheckPublisher(p PublisherPlan) error {
 	}
 	m := margin(p.Margin)
 	span := addSat(p.Retry.Span(), max(p.HiddenSpan, 0))
+	if fitsWindow(span, p.Window, m) {
+		return nil
+	}
 	limit, by := p.Window.Duration, "the broker window"
 	if !p.Window.Protects() {
 		limit = 0
 	}
+	budget := usable(limit, m)
 	if p.DedupTTL > 0 {
+		if span <= usable(p.DedupTTL, m) {
+			return nil
+		}
 		limit, by = p.DedupTTL, "the dedup store TTL"
-	}
-	if limit > 0 && span <= usable(limit, m) {
-		return nil
+		budget = max(budget, usable(p.DedupTTL, m))
 	}
 	return &UnsafeRetryError{
 		Side: "publisher", Span: span, Window: p.Window, ProtectedBy: by,
-		Limit: limit, Margin: m, Fixes: publisherFixes(p, usable(limit, m), m),
+		Limit: limit, Margin: m, Fixes: publisherFixes(p, budget, m),
 	}
+}
+
+// fitsWindow reports whether every resend of a span lands inside the
+// broker window less the margin, so that the broker drops it and no second
+// copy is ever stored. Both checks decide this with the same test.
+func fitsWindow(span time.Duration, w Window, m float64) bool {
+	return span <= 0 || (w.Protects() && span <= usable(w.Duration, m))
 }
 
 func publisherFixes(p PublisherPlan, budget time.Duration, m float64) []string {
@@ -177,7 +198,7 @@ func publisherFixes(p PublisherPlan, budget time.Duration, m float64) []string {
 	}
 	span := addSat(r.Span(), max(p.HiddenSpan, 0))
 	if span < Forever {
-		fixes = append(fixes, fmt.Sprintf("declare consumer-side dedup with TTL ≥ %s", needed(span, m)))
+		fixes = append(fixes, fmt.Sprintf("declare consumer-side dedup with TTL ≥ %s + the consumers' redelivery span", needed(span, m)))
 	}
 	return fixes
 }
@@ -224,20 +245,25 @@ func largestFitting(hi, ceiling time.Duration, fits func(time.Duration) bool) (t
 }
 
 // CheckConsumer returns nil when the consumer's dedup store remembers a
-// completed key for as long as the broker may redeliver the message, plus
-// however long publishers may resend it beyond the broker window. Without a
-// store (DedupTTL zero) there is nothing to check.
+// completed key until the last delivery that may claim it: the broker's
+// redelivery span R, plus the whole ProducerSpan P when P does not fit the
+// broker window (a second copy may then be stored as late as P after the
+// first send, whose completion may be recorded right after that send). See
+// the package doc for the model. Without a store (DedupTTL zero) there is
+// nothing to check.
 func CheckConsumer(p ConsumerPlan) error {
 	if p.DedupTTL <= 0 {
 		return nil
 	}
 	m := margin(p.Margin)
 	beyond := time.Duration(0)
-	if p.ProducerSpan > 0 {
+	if !fitsWindow(p.ProducerSpan, p.Window, m) {
 		beyond = p.ProducerSpan
-		if p.Window.Protects() {
-			beyond = max(p.ProducerSpan-p.Window.Duration, 0)
-		}
+	}
+	if beyond == 0 && p.Redelivery.MaxDeliveries == 1 {
+		// One copy, delivered once: its only claim comes before anything
+		// completes, so no TTL is too short.
+		return nil
 	}
 	span := addSat(p.Redelivery.Span(), beyond)
 	if span <= usable(p.DedupTTL, m) {
@@ -263,6 +289,9 @@ func CheckConsumer(p ConsumerPlan) error {
 			}
 		}
 		fixes = append(fixes, fmt.Sprintf("raise the dedup store TTL to ≥ %s", needed(span, m)))
+		if beyond > 0 && p.Window.Protects() && p.Redelivery.Span() <= usable(p.DedupTTL, m) {
+			fixes = append(fixes, fmt.Sprintf("keep the publishers' retry span (ProducerSpan) within %s, the broker window less the margin", usable(p.Window.Duration, m)))
+		}
 	}
 	return &UnsafeRetryError{
 		Side: "consumer", Span: span, Window: p.Window, ProtectedBy: "the dedup store TTL",

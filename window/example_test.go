@@ -23,7 +23,7 @@ func ExampleCheckPublisher() {
 	// Output:
 	// span: 5m35s
 	// service bus: <nil>
-	// sqs: dedupq: unsafe publisher retry policy: worst-case span 5m35s exceeds the broker window 5m0s less a 20% safety margin = 4m0s (sqs dedup window 5m0s (fixed by the broker, documented)); fix: lower MaxAttempts to 6, or MaxBackoff to 31s, or declare consumer-side dedup with TTL ≥ 6m59s
+	// sqs: dedupq: unsafe publisher retry policy: worst-case span 5m35s exceeds the broker window 5m0s less a 20% safety margin = 4m0s (sqs dedup window 5m0s (fixed by the broker, documented)); fix: lower MaxAttempts to 6, or MaxBackoff to 31s, or declare consumer-side dedup with TTL ≥ 6m59s + the consumers' redelivery span
 	// sqs + dedup TTL 10m: <nil>
 }
 

@@ -7,6 +7,69 @@
 // worst-case Span. CheckPublisher and CheckConsumer compare the two and
 // return an *UnsafeRetryError that names the numbers and a concrete fix when
 // a span does not fit.
+//
+// # The model both checks state
+//
+// W is the broker window, P the publisher's worst-case retry span
+// (RetryPolicy.Span plus hidden SDK retries), R the redelivery span
+// (RedeliveryPolicy.Span) and T the consumer's dedup TTL, counted from when
+// a key's completion is recorded. One message's life, from t0, the start of
+// its first send:
+//
+//	t0        the first send may be stored at once (copy 1) and its answer lost
+//	t0 … t0+W every resend is dropped by the broker as a duplicate
+//	t0+W …    a resend is stored as a new message (copy 2, 3, …)
+//	< t0+P    the last resend reaches the broker: every send reaches it within
+//	          its attempt's AttemptTimeout
+//	          each copy is delivered when stored, then redelivered; every
+//	          delivery claims the key before its lease ends, the last one
+//	          less than R after the copy's first delivery
+//	t0        the earliest moment copy 1's completion is recorded, so the
+//	          record may expire at t0+T
+//
+// So a second copy exists only if P > W, and then it may be stored at
+// t0+P−ε and claim its key until t0+P+R−ε; the record of copy 1, written
+// right after t0, must still be there. The requirements are therefore:
+//
+//   - Publisher without consumer-side dedup: P ≤ W (no second copy ever).
+//   - Publisher with consumer-side dedup declared (ConsumerDedupTTL): P ≤ W,
+//     or else P ≤ T. The publisher cannot see R, so this is necessary, not
+//     sufficient; its fix hint says the TTL must cover P plus R.
+//   - Consumer: T ≥ R when P ≤ W, and T ≥ R + P — the whole P, not P−W —
+//     when P > W. This is the sufficient condition: with a truthful
+//     ProducerSpan it alone rules out a duplicate effect, whatever the
+//     publisher checked. With P ≤ W and MaxDeliveries 1 there is one
+//     delivery of one copy, claimed before anything completes: any T.
+//
+// Both decide "P fits the window" with the same test, so for equal margins
+// they agree: a publisher that relies on its window is one the consumer
+// needs no more than R for, and a plan the consumer accepts has a publisher
+// span the publisher accepts too.
+//
+// The bounds are tight: at margin zero every refused plan has a schedule
+// within the declared policies that runs an effect twice (a send stored
+// but its answer lost, the completion recorded at once, the last resend at
+// the end of its attempt, every redelivery as late as its lease and backoff
+// allow), with one exception on brokers that wait no backoff after a lease
+// expires (mem): a delivery that completed the key is acked or expires, so
+// the backoff before the second delivery cannot follow a completion, and T
+// down to R − Backoff[0] is safe when no second copy can exist. Brokers
+// that back off after an expired lease too (Pub/Sub) can wait it, so R
+// stays the bound. internal/exactlyonce checks all of this by simulation.
+//
+// The model assumes a stored copy is delivered while the consumers run;
+// it cannot see consumers that are down, nor an ordering group that holds
+// a later copy back behind an earlier copy's redeliveries (see README).
+//
+// # Margins
+//
+// A margin m is a share of each protecting duration kept free for clock
+// skew and broker-side delays no policy sees: a window W protects spans up
+// to (1−m)·W, a TTL T covers spans up to (1−m)·T. The consumer applies its
+// margin to the window too when it decides whether P fits it, so a span
+// near the window is counted in full: skew can turn a resend the publisher
+// thought was dropped into a second copy. Margin zero in a plan means
+// DefaultMargin; a negative margin means none.
 package window
 
 import (

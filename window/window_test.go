@@ -77,6 +77,7 @@ var (
 	serviceBus10m   = Window{Backend: "servicebus", Duration: 10 * time.Minute, Kind: KindConfigured, Source: SourceDiscovered}
 	jetstreamWindow = Window{Backend: "jetstream", Duration: 2 * time.Minute, Kind: KindConfigured, Source: SourceDiscovered, Scope: "stream ORDERS"}
 	pubsubWindow    = Window{Backend: "pubsub", Kind: KindNone, Source: SourceDocumented}
+	memWindow5m     = Window{Backend: "mem", Duration: 5 * time.Minute, Kind: KindConfigured, Source: SourceConfigured}
 )
 
 // eightMinutes spans 5m35s: 8 attempts of 10s plus waits of 5+10+20+40+60+60+60s.
@@ -97,7 +98,13 @@ func TestCheckPublisher(t *testing.T) {
 		{"same policy refused on SQS", PublisherPlan{Retry: eightMinutes, Window: sqsWindow}, true,
 			[]string{"lower MaxAttempts to 6", "MaxBackoff to 31s", "declare consumer-side dedup with TTL ≥ 6m59s"}},
 		{"SQS with covering dedup TTL", PublisherPlan{Retry: eightMinutes, Window: sqsWindow, DedupTTL: 10 * time.Minute}, false, nil},
-		{"SQS with too short dedup TTL", PublisherPlan{Retry: eightMinutes, Window: sqsWindow, DedupTTL: 6 * time.Minute}, true, nil},
+		{"SQS with too short dedup TTL", PublisherPlan{Retry: eightMinutes, Window: sqsWindow, DedupTTL: 6 * time.Minute}, true,
+			[]string{"declare consumer-side dedup with TTL ≥ 6m59s + the consumers' redelivery span"}},
+		// A span inside the window never makes a second copy, so a short
+		// declared TTL cannot make it unsafe (it used to replace the window).
+		{"fits the window whatever the declared TTL", PublisherPlan{Retry: eightMinutes, Window: serviceBus10m, DedupTTL: time.Minute}, false, nil},
+		{"fits neither the window nor the declared TTL", PublisherPlan{Retry: eightMinutes, Window: sqsWindow, DedupTTL: time.Minute}, true,
+			[]string{"lower MaxAttempts to 6", "declare consumer-side dedup with TTL ≥ 6m59s"}},
 		{"pubsub rejects any retrying policy", PublisherPlan{Retry: DefaultRetryPolicy(), Window: pubsubWindow}, true,
 			[]string{"set MaxAttempts to 1 (no retries)", "declare consumer-side dedup with TTL ≥ 1m5s"}},
 		{"pubsub without retries", PublisherPlan{Retry: RetryPolicy{MaxAttempts: 1}, Window: pubsubWindow}, false, nil},
@@ -176,7 +183,10 @@ func scanDur(s, prefix string, d *time.Duration) bool {
 	if !strings.HasPrefix(s, prefix) {
 		return false
 	}
-	v, err := time.ParseDuration(strings.TrimPrefix(s, prefix))
+	// The duration is the first word after the prefix; words after it
+	// explain the fix.
+	word, _, _ := strings.Cut(strings.TrimPrefix(s, prefix), " ")
+	v, err := time.ParseDuration(word)
 	*d = v
 	return err == nil
 }
@@ -194,7 +204,22 @@ func TestCheckConsumer(t *testing.T) {
 		{"ttl too short", ConsumerPlan{Redelivery: sqsRedelivery, Window: sqsWindow, DedupTTL: 2 * time.Minute}, true, "lower MaxDeliveries to 3"},
 		{"unlimited redelivery", ConsumerPlan{Redelivery: RedeliveryPolicy{AckWait: 30 * time.Second}, Window: jetstreamWindow, DedupTTL: 24 * time.Hour}, true, "bound redeliveries"},
 		{"producer span within window adds nothing", ConsumerPlan{Redelivery: sqsRedelivery, Window: sqsWindow, DedupTTL: 4 * time.Minute, ProducerSpan: 4 * time.Minute}, false, ""},
-		{"producer span beyond window adds", ConsumerPlan{Redelivery: sqsRedelivery, Window: sqsWindow, DedupTTL: 4 * time.Minute, ProducerSpan: 8 * time.Minute}, true, "raise the dedup store TTL to ≥ 6m53s"},
+		// Beyond the window the whole producer span counts, not the 3m
+		// beyond it: 2m30s + 8m = 10m30s, over 0.8 = 13m8s.
+		{"producer span beyond window counts in full", ConsumerPlan{Redelivery: sqsRedelivery, Window: sqsWindow, DedupTTL: 4 * time.Minute, ProducerSpan: 8 * time.Minute}, true, "raise the dedup store TTL to ≥ 13m8s"},
+		{"producer span beyond window: the old 6m53s is refused", ConsumerPlan{Redelivery: sqsRedelivery, Window: sqsWindow, DedupTTL: 6*time.Minute + 53*time.Second, ProducerSpan: 8 * time.Minute}, true, "keep the publishers' retry span (ProducerSpan) within 4m0s"},
+		{"producer span beyond window, ttl covers all of it", ConsumerPlan{Redelivery: sqsRedelivery, Window: sqsWindow, DedupTTL: 13*time.Minute + 8*time.Second, ProducerSpan: 8 * time.Minute}, false, ""},
+		// Issue 9, defect 1: mem window 5m, AckWait 30s × 3 deliveries,
+		// publishers 2 attempts 9m apart (span 10m), Guard TTL 8m12s. The
+		// old check asked 1m30s + (10m − 5m) = 6m30s ≤ 0.8 × 8m12s and
+		// accepted; the first copy's key expires at t0+8m12s, the retry at
+		// t0+9m is a new message and runs the effect again.
+		{"one delivery of one copy needs no TTL", ConsumerPlan{Redelivery: RedeliveryPolicy{MaxDeliveries: 1, AckWait: time.Minute}, Window: sqsWindow, DedupTTL: time.Second, ProducerSpan: time.Minute}, false, ""},
+		{"one delivery of each of two copies", ConsumerPlan{Redelivery: RedeliveryPolicy{MaxDeliveries: 1, AckWait: time.Minute}, Window: sqsWindow, DedupTTL: time.Second, ProducerSpan: 6 * time.Minute}, true, "raise the dedup store TTL to ≥ 8m45s"},
+		{"issue 9 defect 1", ConsumerPlan{Redelivery: RedeliveryPolicy{MaxDeliveries: 3, AckWait: 30 * time.Second}, Window: memWindow5m, DedupTTL: 8*time.Minute + 12*time.Second, ProducerSpan: 10 * time.Minute}, true, "raise the dedup store TTL to ≥ 14m23s"},
+		{"margin applies to the window too", ConsumerPlan{Redelivery: sqsRedelivery, Window: sqsWindow, DedupTTL: 4 * time.Minute, ProducerSpan: 4*time.Minute + time.Second}, true, "raise the dedup store TTL to ≥ 8m9s"},
+		{"no margin: span equal to the window fits", ConsumerPlan{Redelivery: sqsRedelivery, Window: sqsWindow, DedupTTL: 150 * time.Second, ProducerSpan: 5 * time.Minute, Margin: -1}, false, ""},
+		{"no margin: a span 1ns over the window counts in full", ConsumerPlan{Redelivery: sqsRedelivery, Window: sqsWindow, DedupTTL: 150*time.Second + 5*time.Minute, ProducerSpan: 5*time.Minute + 1, Margin: -1}, true, ""},
 		{"no window: whole producer span", ConsumerPlan{Redelivery: sqsRedelivery, Window: pubsubWindow, DedupTTL: 10 * time.Minute, ProducerSpan: 8 * time.Minute}, true, "raise the dedup store TTL to ≥ 13m8s"},
 	}
 	for _, tt := range tests {
@@ -208,6 +233,45 @@ func TestCheckConsumer(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestChecksAgree walks a grid of plans that declare each other truthfully
+// (the publisher's ConsumerDedupTTL is the consumer's TTL, the consumer's
+// ProducerSpan the publisher's span) and checks that the two checks state
+// one model: whatever the consumer accepts, the publisher accepts; a
+// publisher that fits its window costs the consumer nothing beyond R; and a
+// publisher refused by both window and TTL is refused by the consumer too.
+func TestChecksAgree(t *testing.T) {
+	redelivery := RedeliveryPolicy{MaxDeliveries: 3, AckWait: 30 * time.Second, Backoff: []time.Duration{10 * time.Second}}
+	r := redelivery.Span()
+	windows := []Window{pubsubWindow, jetstreamWindow, sqsWindow, serviceBus10m}
+	checked := 0
+	for _, w := range windows {
+		for _, margin := range []float64{-1, 0, 0.1, 0.5} {
+			for attempts := 2; attempts <= 6; attempts++ {
+				for _, timeout := range []time.Duration{time.Second, 30 * time.Second, 2 * time.Minute} {
+					retry := RetryPolicy{MaxAttempts: attempts, InitialBackoff: 10 * time.Second, Multiplier: 2, AttemptTimeout: timeout}
+					span := retry.Span()
+					for ttl := 10 * time.Second; ttl <= 30*time.Minute; ttl += 10 * time.Second {
+						checked++
+						pub := CheckPublisher(PublisherPlan{Retry: retry, Window: w, DedupTTL: ttl, Margin: margin})
+						con := CheckConsumer(ConsumerPlan{Redelivery: redelivery, Window: w, DedupTTL: ttl, ProducerSpan: span, Margin: margin})
+						bare := CheckPublisher(PublisherPlan{Retry: retry, Window: w, Margin: margin})
+						onlyR := CheckConsumer(ConsumerPlan{Redelivery: redelivery, Window: w, DedupTTL: ttl, Margin: margin})
+						switch {
+						case con == nil && pub != nil:
+							t.Fatalf("window %v, margin %v, span %s, ttl %s: consumer accepts, publisher refuses: %v", w, margin, span, ttl, pub)
+						case bare == nil && (con == nil) != (onlyR == nil):
+							t.Fatalf("window %v, margin %v, span %s, ttl %s: the publisher fits its window but the consumer asks more than R (%s): %v", w, margin, span, ttl, r, con)
+						case bare != nil && pub != nil && con == nil:
+							t.Fatalf("window %v, margin %v, span %s, ttl %s: publisher refused, consumer accepts", w, margin, span, ttl)
+						}
+					}
+				}
+			}
+		}
+	}
+	t.Logf("%d plans agree", checked)
 }
 
 func TestErrorText(t *testing.T) {

@@ -1,0 +1,7 @@
+// Package exactlyonce holds no code, only a test: a seeded, fake-clock
+// simulation that treats dedupq's startup checks (window.CheckPublisher and
+// window.CheckConsumer) as a theorem. Whenever both accept a plan, no
+// schedule the declared policies allow may run a message's effect twice;
+// whenever one refuses at margin zero, some schedule must. See
+// property_test.go.
+package exactlyonce

@@ -1,0 +1,685 @@
+// The simulator behind the property test. It talks to nothing outside the
+// process: the real in-memory broker (adapters/mem) and the real
+// dedup.Guard over memstore, all on one clock.Fake that only this file
+// moves.
+//
+// Why a discrete-event simulation and not dedupq.Publisher/Consumer: both
+// wait on their clock in goroutines (backoff, lease extension, shutdown),
+// so driving them from a fake clock needs a poll-and-advance loop per wait,
+// which costs milliseconds per schedule and makes the interleaving depend
+// on the Go scheduler. Here every actor is an event on one heap, run on one
+// goroutine in time order, so a schedule costs microseconds and a seed
+// replays exactly. What is modelled instead of run:
+//   - the Publisher's retry loop (attempt i starts after attempt i−1's
+//     duration, at most AttemptTimeout, plus RetryPolicy.Delay; a send
+//     reaches the broker within its attempt, or not at all);
+//   - the Consumer's settle rules (nil acks, Permanent terminates, an
+//     error nacks after RetryAfter's delay or the policy's backoff) and its
+//     lease extension, and the Guard's claim extension (see keepAlive);
+//   - the transactional store (pgstore.Do): effect and completion commit
+//     together or not at all, and the row lock holds the key while the
+//     transaction is open.
+//
+// The mem broker is used as it is: SendBatch decides what its dedup window
+// drops, Receive/Ack/Nack/Extend decide leases, redelivery and
+// dead-lettering on the fake clock. Receive is only called when
+// Broker.Stats says a delivery is ready, so it never blocks.
+package exactlyonce
+
+import (
+	"container/heap"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"time"
+
+	"github.com/dedupq/dedupq"
+	"github.com/dedupq/dedupq/adapters/mem"
+	"github.com/dedupq/dedupq/clock"
+	"github.com/dedupq/dedupq/dedup"
+	"github.com/dedupq/dedupq/dedup/memstore"
+	"github.com/dedupq/dedupq/driver"
+	"github.com/dedupq/dedupq/window"
+)
+
+// plan is one configuration of publisher, broker and consumer, with what
+// each side declares about the other. Declarations are truthful: the
+// consumer's ProducerSpan is at least the publisher's span and its TTL at
+// least the publisher's ConsumerDedupTTL.
+type plan struct {
+	window       time.Duration // broker dedup window; 0 means none
+	retry        window.RetryPolicy
+	redelivery   window.RedeliveryPolicy
+	ttl          time.Duration // the consumer's dedup TTL
+	declaredTTL  time.Duration // the publisher's ConsumerDedupTTL; 0: none declared
+	producerSpan time.Duration // the consumer's ProducerSpan
+	margin       float64       // both sides' Margin
+	mode         mode
+}
+
+func (p plan) String() string {
+	return fmt.Sprintf("window %s, retry %+v (span %s), redelivery %v (span %s), ttl %s, declared ttl %s, producer span %s, margin %v, %s",
+		p.window, p.retry, fmtSpan(p.retry.Span()), p.redelivery, fmtSpan(p.redelivery.Span()), p.ttl, p.declaredTTL, fmtSpan(p.producerSpan), p.margin, p.mode)
+}
+
+func fmtSpan(d time.Duration) string {
+	if d >= window.Forever {
+		return "unbounded"
+	}
+	return d.String()
+}
+
+// mode is the consumer's deduplication.
+type mode int
+
+const (
+	// modeGuard is the real dedup.Guard over memstore: a store separate
+	// from the effect.
+	modeGuard mode = iota
+	// modeTx is pgstore's transactional path: effect and completion
+	// commit together.
+	modeTx
+	// modeNone runs the handler bare; only used to show that a refused
+	// publisher without declared consumer dedup duplicates.
+	modeNone
+)
+
+func (m mode) String() string {
+	return [...]string{"separate store (Guard over memstore)", "transactional store", "no consumer dedup"}[m]
+}
+
+// outcome is what one schedule did.
+type outcome struct {
+	effects     int    // times the message's effect happened (committed)
+	unrecorded  uint64 // the Guards' Stats.Unrecorded, summed
+	nilReturned bool   // some handler run reported success to the consumer
+	stored      int    // copies the broker stored
+	deliveries  int
+	err         error // the simulation itself went wrong
+}
+
+// duplicates is how many effects are not explained by the counted
+// Unrecorded gap (always 0 or less in a correct run).
+func (o outcome) duplicates() int { return o.effects - 1 - int(o.unrecorded) }
+
+const (
+	queueName = "q"
+	msgID     = "m-1"
+	maxEvents = 200_000 // per schedule: a runaway simulation fails instead of hanging
+)
+
+var (
+	errStoreDown = errors.New("sim: store unavailable")
+	errHandler   = errors.New("sim: handler failed before its effect")
+	errCrash     = errors.New("sim: process died")
+	errWaiting   = errors.New("sim: waiting for a row lock")
+	discard      = slog.New(slog.DiscardHandler)
+	bg           = context.Background()
+)
+
+// kind is what a handler run does.
+type kind int
+
+const (
+	runOK          kind = iota
+	failBefore          // returns an error before its effect
+	crashBefore         // the process dies before its effect
+	crashAfter          // the process dies after its effect, before the ack
+	completionLost      // the store loses the completion write (or the commit)
+)
+
+// proc is one delivery handled by one consumer process.
+type proc struct {
+	d         *driver.Delivery
+	delay     time.Duration // from delivery to handler start (claim), < AckWait
+	failClaim bool          // the store is unreachable for the claim
+	kind      kind
+	pre, post time.Duration // handler time before and after its effect
+	healthy   bool          // leases are extended while the handler runs
+	ackLost   bool
+	commitOK  bool // modeTx completionLost: the commit landed, its answer was lost
+
+	dead, failComplete, running bool
+	waiting                     bool // modeTx: blocked on another transaction's row lock
+	token                       string
+}
+
+// sim is one schedule.
+type sim struct {
+	p     plan
+	adv   adversary
+	clk   *clock.Fake
+	t0    time.Time
+	aw    time.Duration
+	b     *mem.Broker
+	topic driver.Topic
+	sub   driver.Subscription
+	store *memstore.Store
+	tx    struct {
+		holder  *proc
+		waiters []*proc   // deliveries whose Do waits for the holder's row lock
+		until   time.Time // completed until; zero: not completed
+	}
+	q      eventHeap
+	seq    uint64
+	events int
+	guards []*dedup.Guard
+	// recordUntil is when the latest completion record expires; the worst
+	// adversary times its claims by it.
+	recordUntil time.Time
+	out         outcome
+}
+
+// run plays one schedule of plan p against adversary adv.
+func run(p plan, adv adversary) outcome {
+	start := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
+	s := &sim{p: p, adv: adv, clk: clock.NewFake(start), t0: start, aw: p.redelivery.AckWait}
+	s.b = mem.NewBroker(mem.Options{
+		Clock: s.clk, DedupWindow: p.window, AckWait: p.redelivery.AckWait,
+		MaxDeliveries: p.redelivery.MaxDeliveries, Backoff: p.redelivery.Backoff,
+	})
+	s.topic, s.sub = s.b.Topic(queueName), s.b.Subscription(queueName)
+	s.store = memstore.New(s.clk)
+	for _, at := range adv.sends(s) {
+		s.at(start.Add(at), s.send)
+	}
+	for len(s.q) > 0 && s.out.err == nil {
+		s.runUntil(s.q[0].at)
+	}
+	for _, g := range s.guards {
+		s.out.unrecorded += g.Stats().Unrecorded
+	}
+	st := s.b.Stats(queueName)
+	s.out.stored, s.out.deliveries = st.Published, st.Deliveries
+	if s.out.err == nil && st.Stored != 0 {
+		s.out.err = fmt.Errorf("sim: %d messages left in the broker after the last event", st.Stored)
+	}
+	return s.out
+}
+
+// --- the event loop ---
+
+type event struct {
+	at  time.Time
+	seq uint64
+	fn  func()
+}
+
+type eventHeap []*event
+
+func (h eventHeap) Len() int { return len(h) }
+func (h eventHeap) Less(i, j int) bool {
+	if !h[i].at.Equal(h[j].at) {
+		return h[i].at.Before(h[j].at)
+	}
+	return h[i].seq < h[j].seq
+}
+func (h eventHeap) Swap(i, j int) { h[i], h[j] = h[j], h[i] }
+func (h *eventHeap) Push(x any)   { *h = append(*h, x.(*event)) }
+func (h *eventHeap) Pop() any {
+	old := *h
+	e := old[len(old)-1]
+	*h = old[:len(old)-1]
+	return e
+}
+
+// at schedules fn (nil: only a poll of the broker) at t.
+func (s *sim) at(t time.Time, fn func()) {
+	s.seq++
+	heap.Push(&s.q, &event{at: t, seq: s.seq, fn: fn})
+}
+
+// runUntil runs every event due by t in time order, then sets the clock to
+// t. Handlers call it to let time pass while they run, so events nest: a
+// redelivery can be handled while the first handler is still in flight.
+func (s *sim) runUntil(t time.Time) {
+	for len(s.q) > 0 && !s.q[0].at.After(t) && s.out.err == nil {
+		e := heap.Pop(&s.q).(*event)
+		s.advanceTo(e.at)
+		if s.events++; s.events > maxEvents {
+			s.out.err = fmt.Errorf("sim: more than %d events", maxEvents)
+			return
+		}
+		if e.fn != nil {
+			e.fn()
+		}
+		s.poll()
+	}
+	s.advanceTo(t)
+}
+
+func (s *sim) advanceTo(t time.Time) {
+	if d := t.Sub(s.clk.Now()); d > 0 {
+		s.clk.Advance(d)
+	}
+}
+
+func (s *sim) runFor(d time.Duration) { s.runUntil(s.clk.Now().Add(d)) }
+
+// poll hands every ready delivery to a new consumer process.
+func (s *sim) poll() {
+	for s.out.err == nil && s.b.Stats(queueName).Ready > 0 {
+		ds, err := s.sub.Receive(bg, 1)
+		if err != nil {
+			s.out.err = fmt.Errorf("sim: receive: %w", err)
+			return
+		}
+		for _, d := range ds {
+			p := &proc{d: d}
+			s.adv.delivery(s, p)
+			now := s.clk.Now()
+			s.at(now.Add(s.aw), nil) // the lease ends: maybe a redelivery
+			s.at(now.Add(p.delay), func() { s.handle(p) })
+		}
+	}
+}
+
+// send is one publish attempt reaching the broker; its answer is lost.
+func (s *sim) send() {
+	if _, err := s.topic.SendBatch(bg, []*driver.Message{{ID: msgID, Body: []byte("body")}}); err != nil {
+		s.out.err = fmt.Errorf("sim: send: %w", err)
+	}
+}
+
+// --- the consumer ---
+
+// handle runs one delivery's handler under the plan's dedup and settles it
+// as dedupq.Consumer does.
+func (s *sim) handle(p *proc) {
+	d := &dedupq.Delivery{
+		Message: dedupq.Message{ID: p.d.Message.ID, Body: p.d.Message.Body},
+		Attempt: p.d.Attempt, BackendID: p.d.BackendID, Lease: p.d.Lease,
+	}
+	var err error
+	switch s.p.mode {
+	case modeGuard:
+		g, gerr := dedup.NewGuard(dedup.GuardOptions{
+			Store: &procStore{s: s, p: p}, TTL: s.p.ttl, Clock: guardClock{s: s, p: p}, Logger: discard,
+		})
+		if gerr != nil {
+			s.out.err = gerr
+			return
+		}
+		s.guards = append(s.guards, g)
+		err = g.Wrap(s.handler(p))(bg, d)
+	case modeTx:
+		err = s.txHandle(p, d)
+	case modeNone:
+		err = s.handler(p)(bg, d)
+	}
+	if errors.Is(err, errWaiting) {
+		return // blocked on the row lock; handled again when it is free
+	}
+	now := s.clk.Now()
+	s.at(now.Add(s.aw), nil) // the (extended) lease ends by then
+	if p.dead {
+		return
+	}
+	switch {
+	case err == nil:
+		s.out.nilReturned = true
+		if !p.ackLost {
+			_ = s.sub.Ack(bg, p.d) // ErrLeaseExpired: redelivered anyway
+		}
+	case dedupq.IsPermanent(err):
+		_ = s.sub.Terminate(bg, p.d, err)
+	default:
+		delay := s.p.redelivery.BackoffBefore(p.d.Attempt + 1)
+		var ra *dedupq.RetryAfterError
+		if errors.As(err, &ra) {
+			delay = ra.Delay
+		}
+		_ = s.sub.Nack(bg, p.d, delay)
+		s.at(now.Add(delay), nil)
+	}
+}
+
+// handler is the application's handler: time passes, then the effect.
+func (s *sim) handler(p *proc) dedupq.Handler {
+	return func(ctx context.Context, d *dedupq.Delivery) error {
+		p.running = true
+		defer func() { p.running = false }()
+		if p.healthy {
+			s.keepAlive(p)
+		}
+		s.runFor(p.pre)
+		switch p.kind {
+		case failBefore:
+			return errHandler
+		case crashBefore:
+			p.dead = true
+			return errCrash
+		}
+		if s.p.mode != modeTx {
+			s.out.effects++
+		}
+		s.runFor(p.post)
+		switch p.kind {
+		case crashAfter:
+			p.dead = true
+		case completionLost:
+			p.failComplete = true
+		}
+		return nil
+	}
+}
+
+// keepAlive does for a healthy process what the Guard's and the
+// Consumer's extension goroutines do: renew the claim and the delivery's
+// lease while the handler runs. (guardClock keeps the Guard's own
+// goroutine idle, so that nothing races the event loop.)
+func (s *sim) keepAlive(p *proc) {
+	s.at(s.clk.Now().Add(s.aw/3), func() {
+		if !(p.running || p.waiting) || p.dead {
+			return
+		}
+		if p.token != "" {
+			_ = s.store.Extend(bg, msgID, p.token, s.aw)
+		}
+		_ = s.sub.Extend(bg, p.d, s.aw)
+		s.keepAlive(p)
+	})
+}
+
+// procStore is the memstore as one consumer process sees it: unreachable
+// when the process is dead or the adversary says so.
+type procStore struct {
+	s *sim
+	p *proc
+}
+
+func (ps *procStore) Claim(ctx context.Context, key, fp string, lease time.Duration) (dedup.Claim, error) {
+	if ps.p.dead || ps.p.failClaim {
+		return dedup.Claim{}, errStoreDown
+	}
+	c, err := ps.s.store.Claim(ctx, key, fp, lease)
+	if err == nil && c.State == dedup.Acquired {
+		ps.p.token = c.Token
+	}
+	return c, err
+}
+
+func (ps *procStore) Extend(ctx context.Context, key, token string, lease time.Duration) error {
+	if ps.p.dead {
+		return errStoreDown
+	}
+	return ps.s.store.Extend(ctx, key, token, lease)
+}
+
+func (ps *procStore) Complete(ctx context.Context, key, token string, ttl time.Duration, result []byte) error {
+	if ps.p.dead || ps.p.failComplete {
+		return errStoreDown
+	}
+	err := ps.s.store.Complete(ctx, key, token, ttl, result)
+	if err == nil {
+		ps.s.recordUntil = ps.s.clk.Now().Add(ttl)
+	}
+	return err
+}
+
+func (ps *procStore) Release(ctx context.Context, key, token string) error {
+	if ps.p.dead {
+		return errStoreDown
+	}
+	return ps.s.store.Release(ctx, key, token)
+}
+
+// guardClock is the Guard's clock. Its short waits (the retries of a
+// failed Complete, 50–200ms) let simulated time pass on the event loop, or
+// none for a dead process. Its long waits (keepClaimed's lease/3, at least
+// 1s because AckWait ≥ 3s here) never fire: the claim extension runs as a
+// keepAlive event instead, so the Guard's goroutine never touches the
+// simulation. This leans on guard.go's timers; if the Guard ever waits
+// differently, the runaway or the assertions of the property test fail.
+type guardClock struct {
+	s *sim
+	p *proc
+}
+
+func (c guardClock) Now() time.Time { return c.s.clk.Now() }
+
+func (c guardClock) NewTimer(d time.Duration) clock.Timer {
+	if d >= time.Second {
+		return idleTimer{}
+	}
+	if !c.p.dead {
+		c.s.runFor(d)
+	}
+	ch := make(chan time.Time, 1)
+	ch <- c.s.clk.Now()
+	return firedTimer(ch)
+}
+
+type idleTimer struct{}
+
+func (idleTimer) C() <-chan time.Time { return nil }
+func (idleTimer) Stop() bool          { return true }
+
+type firedTimer chan time.Time
+
+func (t firedTimer) C() <-chan time.Time { return t }
+func (t firedTimer) Stop() bool          { return false }
+
+// txHandle is pgstore.TxGuard/Do in miniature: the key's record and the
+// effect commit in one transaction; while it is open its row lock holds
+// the key (a concurrent Do waits for it); a crash rolls both back. The
+// record expires ttl after the commit. (pgstore counts the TTL from the
+// transaction's start; see the report of issue 9.)
+func (s *sim) txHandle(p *proc, d *dedupq.Delivery) error {
+	if p.failClaim {
+		return fmt.Errorf("do: %w", dedup.ErrStoreUnavailable)
+	}
+	now := s.clk.Now()
+	if s.tx.holder != nil {
+		// Do's INSERT waits for the holder's commit or rollback, while the
+		// Consumer keeps the delivery leased.
+		p.waiting = true
+		s.tx.waiters = append(s.tx.waiters, p)
+		s.keepAlive(p)
+		return errWaiting
+	}
+	if !s.tx.until.IsZero() && s.tx.until.After(now) {
+		return nil
+	}
+	s.tx.holder = p
+	defer func() {
+		// Commit, rollback or the connection dropping frees the row: the
+		// waiting statements go on.
+		s.tx.holder = nil
+		for _, w := range s.tx.waiters {
+			w.waiting = false
+			s.at(s.clk.Now(), func() { s.handle(w) })
+		}
+		s.tx.waiters = nil
+	}()
+	if err := s.handler(p)(bg, d); err != nil {
+		return err // rolled back: no effect
+	}
+	if p.kind == completionLost && !p.commitOK {
+		return fmt.Errorf("do: commit: %w", dedup.ErrStoreUnavailable)
+	}
+	s.out.effects++
+	commit := s.clk.Now()
+	s.tx.until, s.recordUntil = commit.Add(s.p.ttl), commit.Add(s.p.ttl)
+	if p.kind == completionLost {
+		return fmt.Errorf("do: commit answer lost: %w", dedup.ErrStoreUnavailable)
+	}
+	return nil // crashAfter: committed; the process is dead, no ack
+}
+
+// --- the adversaries ---
+
+// adversary decides when sends reach the broker and what each delivery's
+// process does. A nil rand means the worst case, built to break the check's
+// bound: see worstSends and worstDelivery. A random adversary mixes in the
+// worst case too: its sends are the worst ones when worstSends is set, and
+// each delivery follows worstDelivery with probability greed.
+type adversary struct {
+	r          *rand.Rand
+	worstSends bool
+	greed      float64
+}
+
+// randomAdversary draws an adversary somewhere between blind chance and
+// the worst case.
+func randomAdversary(r *rand.Rand) adversary {
+	a := adversary{r: r, worstSends: r.IntN(3) == 0}
+	switch r.IntN(4) {
+	case 0:
+	case 1:
+		a.greed = 0.5
+	case 2:
+		a.greed = 0.9
+	default:
+		a.greed = r.Float64()
+	}
+	return a
+}
+
+// longAttempt stands for an attempt without AttemptTimeout.
+func (s *sim) longAttempt() time.Duration {
+	return 2*(s.p.window+s.p.ttl) + time.Hour
+}
+
+func (a adversary) sends(s *sim) []time.Duration {
+	if a.r == nil || a.worstSends {
+		return worstSends(s)
+	}
+	r, rp := a.r, s.p.retry
+	attempts := max(rp.MaxAttempts, 1)
+	k := attempts
+	if r.IntN(2) == 0 {
+		k = 1 + r.IntN(attempts)
+	}
+	var out []time.Duration
+	start, lastStored := time.Duration(0), time.Duration(-1)
+	for i := 1; i <= k; i++ {
+		full := rp.AttemptTimeout
+		if full <= 0 {
+			full = s.longAttempt()
+		}
+		dur := full
+		if r.IntN(4) == 0 {
+			dur = 1 + time.Duration(r.Int64N(int64(full)))
+		}
+		at := time.Duration(-1)
+		switch c := r.IntN(8); {
+		case c == 0: // the request is lost
+		case c == 1:
+			at = start
+		case c == 2 && s.p.window > 0 && lastStored >= 0: // exactly when the window lets go
+			at = lastStored + s.p.window
+		case c == 3 && s.p.window > 0 && lastStored >= 0: // the last moment it still drops
+			at = lastStored + s.p.window - 1
+		case c == 4:
+			at = start + time.Duration(r.Int64N(int64(dur)))
+		default: // the end of the attempt
+			at = start + dur - 1
+		}
+		if at >= start && at < start+dur {
+			out = append(out, at)
+			if s.p.window <= 0 || lastStored < 0 || at-lastStored >= s.p.window {
+				lastStored = at
+			}
+		}
+		u := 0.0
+		if r.IntN(2) == 0 {
+			u = r.Float64()
+		}
+		start += dur + rp.Delay(i, u)
+	}
+	return out
+}
+
+// worstSends stores the first send at t0 and lands the last attempt's send
+// at the last moment it may: the end of the last attempt, P − 1ns after t0.
+func worstSends(s *sim) []time.Duration {
+	rp := s.p.retry
+	out := []time.Duration{0}
+	attempts := max(rp.MaxAttempts, 1)
+	if attempts == 1 {
+		return out
+	}
+	full := rp.AttemptTimeout
+	if full <= 0 {
+		full = s.longAttempt()
+	}
+	start := time.Duration(0)
+	for i := 1; i < attempts; i++ {
+		start += full + rp.Backoff(i)
+	}
+	return append(out, start+full-1)
+}
+
+func (a adversary) delivery(s *sim, p *proc) {
+	if a.r == nil || a.r.Float64() < a.greed {
+		worstDelivery(s, p)
+		return
+	}
+	r, aw := a.r, s.aw
+	switch c := r.IntN(10); {
+	case c < 6:
+	case c < 8:
+		p.delay = aw - 1 // the handler starts at the end of the lease
+	default:
+		p.delay = time.Duration(r.Int64N(int64(aw)))
+	}
+	p.failClaim = r.IntN(10) == 0
+	switch c := r.IntN(10); {
+	case c < 5:
+		p.kind = runOK
+	case c == 5:
+		p.kind = failBefore
+	case c == 6:
+		p.kind = crashBefore
+	case c == 7:
+		p.kind = crashAfter
+	default:
+		p.kind = completionLost
+		p.commitOK = r.IntN(2) == 0
+	}
+	dur := func() time.Duration {
+		if r.IntN(5) < 3 {
+			return 0
+		}
+		return time.Duration(r.Int64N(int64(2 * aw)))
+	}
+	p.pre, p.post = dur(), dur()
+	p.healthy = r.IntN(2) == 0 // otherwise leases expire mid-handler
+	p.ackLost = r.IntN(3) == 0
+}
+
+// worstDelivery keeps every copy's deliveries going as long as the
+// redelivery policy allows while the key is recorded, and claims the key
+// the moment its record has expired:
+//   - before any completion: run at once and lose the ack, so that the
+//     record starts as early as it can and the copy comes back;
+//   - when the record expires before this delivery's lease ends: claim
+//     then, and run the effect again;
+//   - otherwise, if more deliveries follow: end the lease as late as
+//     possible (store unreachable at the last moment, so a nack with the
+//     policy's backoff; or a lost ack when there is no backoff);
+//   - on the last delivery: claim at the end of the lease.
+//
+// Once the effect ran twice, every delivery just runs and acks.
+func worstDelivery(s *sim, p *proc) {
+	aw, x, j, n := s.aw, s.clk.Now(), p.d.Attempt, s.p.redelivery.MaxDeliveries
+	p.kind = runOK
+	switch {
+	case s.p.mode == modeNone || s.out.effects >= 2: // nothing to stretch, or the point is made: settle
+	case s.recordUntil.IsZero():
+		p.ackLost = true
+	case !s.recordUntil.After(x.Add(aw - 1)):
+		p.delay = max(s.recordUntil.Sub(x), 0)
+	case n <= 0 || j < n:
+		if s.p.redelivery.BackoffBefore(j+1) > 0 {
+			p.delay, p.failClaim = aw-1, true
+		} else {
+			p.ackLost = true
+		}
+	default:
+		p.delay = aw - 1
+	}
+}
