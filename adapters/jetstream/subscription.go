@@ -21,9 +21,8 @@ import (
 // one.
 const DefaultAckWait = 30 * time.Second
 
-// pollWait bounds one waiting pull. Short enough that an abandoned pull
-// leaves little behind, long enough that an idle consumer costs a request
-// every few seconds only.
+// pollWait bounds one waiting pull: long enough that an idle consumer
+// costs a request every few seconds only.
 const pollWait = 5 * time.Second
 
 // settleTimeout bounds a settle call whose context has no deadline.
