@@ -112,7 +112,10 @@
 // connection, so an error means the server may not have them. Terminate
 // sends its reason only to servers from 2.10.4 on; older servers ignore a
 // Term that carries one. Receive first takes what is waiting (FetchNoWait)
-// and otherwise waits for one message with a bounded pull; a message that
-// arrives for a pull abandoned because ctx ended is returned to the
-// consumer at once with a Nak, which counts as one delivery.
+// and otherwise waits for one message with a bounded pull. When ctx ends,
+// the client drops that pull and the server, which checks a pull's
+// interest before delivering on it, discards it: a message published
+// afterwards goes to the next Receive as attempt 1. Only a message the
+// server had already sent to the pull when it was dropped is lost in
+// flight; it counts as one delivery and returns after AckWait.
 package jetstream

@@ -21,9 +21,8 @@ import (
 // one.
 const DefaultAckWait = 30 * time.Second
 
-// pollWait bounds one waiting pull. Short enough that an abandoned pull
-// leaves little behind, long enough that an idle consumer costs a request
-// every few seconds only.
+// pollWait bounds one waiting pull: long enough that an idle consumer
+// costs a request every few seconds only.
 const pollWait = 5 * time.Second
 
 // settleTimeout bounds a settle call whose context has no deadline.
@@ -172,44 +171,43 @@ func (s *Subscription) fetchNoWait(n int) ([]*driver.Delivery, error) {
 
 // waitOne waits, within one bounded pull, for a single message. It returns
 // nothing and no error when the pull expired empty.
+//
+// The pull is tied to ctx: when ctx ends, the client drops the pull's
+// inbox, and the server, which checks a waiting pull's interest before it
+// delivers on it, discards the pull. A pull left open instead would take a
+// message published after Receive returned, count a delivery nobody
+// handled (the next Run sees attempt 2 of a new message, and a consumer
+// with MaxDeliver loses one of its deliveries) and hold it for its AckWait
+// unless something gives it back.
 func (s *Subscription) waitOne(ctx context.Context) (*driver.Delivery, error) {
-	wait := pollWait
-	if dl, ok := ctx.Deadline(); ok {
-		wait = min(wait, max(time.Until(dl), time.Millisecond))
-	}
-	batch, err := s.cons.Fetch(1, jetstream.FetchMaxWait(wait))
+	pctx, cancel := context.WithTimeout(ctx, pollWait)
+	defer cancel()
+	batch, err := s.cons.Fetch(1, jetstream.FetchContext(pctx))
 	if err != nil {
+		if err := ctx.Err(); err != nil {
+			return nil, err
+		}
+		// FetchContext refuses a deadline that passed before ctx noticed.
+		if dl, ok := ctx.Deadline(); ok && !time.Now().Before(dl) {
+			return nil, context.DeadlineExceeded
+		}
 		return nil, fmt.Errorf("jetstream: fetch: %w", err)
 	}
-	select {
-	case m, ok := <-batch.Messages():
-		if !ok {
-			if err := batch.Error(); err != nil {
-				return nil, fmt.Errorf("jetstream: fetch: %w", err)
-			}
-			return nil, nil
-		}
+	// The channel closes when the pull ends: a message, the server's
+	// expiry, or pctx done (then the client has dropped the pull).
+	m, ok := <-batch.Messages()
+	if ok {
+		// Delivered already, even if ctx ended meanwhile: hand it out
+		// rather than leave it to wait out its AckWait.
 		return s.delivery(m), nil
-	case <-ctx.Done():
-		// A message that is already here is worth handing out.
-		select {
-		case m, ok := <-batch.Messages():
-			if ok {
-				return s.delivery(m), nil
-			}
-		default:
-		}
-		// The pull is still open at the server, which may yet deliver on
-		// it. Give such a message back at once instead of leaving it to
-		// wait out its AckWait. The goroutine ends when the pull expires,
-		// within wait.
-		go func() {
-			for m := range batch.Messages() {
-				_ = m.Nak()
-			}
-		}()
-		return nil, ctx.Err()
 	}
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	if err := batch.Error(); err != nil && !errors.Is(err, context.DeadlineExceeded) {
+		return nil, fmt.Errorf("jetstream: fetch: %w", err)
+	}
+	return nil, nil
 }
 
 // delivery wraps a consumed message.

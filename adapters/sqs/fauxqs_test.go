@@ -2,11 +2,14 @@ package sqs_test
 
 // The test harness: TestMain starts fauxqs, an SQS emulator from npm
 // (installed from localstack/fauxqs/package-lock.json with `npm ci`), on a free
-// port, polls it until it answers, and stops it after the tests.
+// port (installing it first when node_modules is missing), polls it until
+// it answers, and stops it after the tests.
 //
-// Tests that need it call needFauxqs. When node or the installed package is
-// missing they skip with the reason, unless the environment variable CI is
-// set: then the whole run fails, so that CI cannot pass on skipped tests.
+// Tests that need it call needFauxqs. When it cannot run here (node, or npm
+// for its install, is missing) they skip with the reason, unless the
+// environment variable CI is set; any other failure to start it (a failed
+// install, an emulator that does not answer) fails the whole run, as does
+// CI: a run cannot pass on tests it skipped for a fixable reason.
 // FAUXQS_ENDPOINT=http://host:port uses an emulator that is already
 // running instead of starting one.
 //
@@ -30,6 +33,7 @@ package sqs_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"regexp"
@@ -68,8 +72,12 @@ func TestMain(m *testing.M) {
 	stop, err := startFauxqs()
 	if err != nil {
 		fauxqsMissing = err.Error()
-		if os.Getenv("CI") != "" {
+		switch {
+		case os.Getenv("CI") != "":
 			fmt.Fprintf(os.Stderr, "adapters/sqs: CI is set but fauxqs cannot run: %v\n", err)
+			os.Exit(1)
+		case !errors.Is(err, fauxqs.ErrUnavailable):
+			fmt.Fprintf(os.Stderr, "adapters/sqs: starting fauxqs: %v\n", err)
 			os.Exit(1)
 		}
 		fmt.Fprintf(os.Stderr, "adapters/sqs: fauxqs tests will be skipped: %v\n", err)
@@ -107,7 +115,7 @@ func newClient(endpoint string) *awssqs.Client {
 func needFauxqs(t testing.TB) *awssqs.Client {
 	t.Helper()
 	if fauxqsEndpoint == "" {
-		t.Skipf("fauxqs is not available (%s); install it with `npm ci --prefix localstack/fauxqs` in the repository root", fauxqsMissing)
+		t.Skipf("fauxqs cannot run here: %s", fauxqsMissing)
 	}
 	return newClient(fauxqsEndpoint)
 }

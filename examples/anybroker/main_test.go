@@ -3,13 +3,15 @@ package main
 // Runs the example unchanged on the in-memory broker, on an embedded NATS
 // server started in this process (the URL host "embedded"), on the local
 // NATS server at 127.0.0.1:4222, and on an SQS FIFO queue in the fauxqs
-// emulator (localstack/fauxqs) started by the test. The local server and
-// fauxqs are skipped when missing outside CI, and fail the test under CI.
+// emulator (localstack/fauxqs) started, and installed from its lockfile if
+// needed, by the test. The local server, and fauxqs when node or npm is
+// missing, are skipped outside CI and fail the test under CI.
 
 import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"errors"
 	"net"
 	"os"
 	"testing"
@@ -51,8 +53,10 @@ func sqsQueue(t *testing.T, name string) string {
 		t.Cleanup(func() { _ = emu.Stop() })
 	case os.Getenv("CI") != "":
 		t.Fatalf("fauxqs cannot run under CI: %v", err)
+	case !errors.Is(err, fauxqs.ErrUnavailable):
+		t.Fatalf("starting fauxqs: %v", err)
 	default:
-		t.Skipf("fauxqs cannot run (%v); skipping outside CI", err)
+		t.Skipf("fauxqs cannot run here (%v); skipping outside CI", err)
 	}
 	t.Setenv("AWS_ACCESS_KEY_ID", "test")
 	t.Setenv("AWS_SECRET_ACCESS_KEY", "test")

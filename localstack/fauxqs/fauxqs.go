@@ -1,6 +1,7 @@
 // Package fauxqs starts the fauxqs SQS emulator (an npm package, installed
-// next to this file from package-lock.json with `npm ci --prefix
-// localstack/fauxqs`) for tests that need SQS without AWS or Docker.
+// next to this file from package-lock.json with `npm ci`, which Start runs
+// itself when node_modules is missing) for tests that need SQS without AWS
+// or Docker.
 //
 // Where fauxqs differs from AWS:
 //   - ReceiveMessage returns at most one message per message group per call
@@ -35,6 +36,11 @@ import (
 // ../docker-compose.yml) instead of starting one.
 const EnvEndpoint = "FAUXQS_ENDPOINT"
 
+// ErrUnavailable is wrapped by Start's error when fauxqs cannot run on
+// this machine (node, or npm for its install, is missing): the one reason
+// a test may skip, outside CI.
+var ErrUnavailable = nodeproc.ErrUnavailable
+
 // Emulator is a running fauxqs, or one found through EnvEndpoint.
 type Emulator struct {
 	// Endpoint is the base URL to give the SQS client (BaseEndpoint).
@@ -57,8 +63,9 @@ func dir() string {
 	return filepath.Dir(file)
 }
 
-// Start starts fauxqs on a free port and waits until it answers, or
-// returns why it cannot run here (node or the npm package missing).
+// Start starts fauxqs on a free port and waits until it answers,
+// installing it from package-lock.json first if needed, or returns why it
+// cannot (wrapping ErrUnavailable when node or npm is missing).
 func Start() (*Emulator, error) {
 	if ep := os.Getenv(EnvEndpoint); ep != "" {
 		if err := WaitReady(ep, 10*time.Second); err != nil {

@@ -1,8 +1,8 @@
 // Package servicebusdouble starts the Service Bus test double (start.mjs: an
 // AMQP 1.0 broker written with the npm package rhea, installed next to this
-// file from package-lock.json with `npm ci --prefix
-// localstack/servicebus-double`) for tests that need Service Bus without
-// Azure or Docker. The azservicebus SDK reaches it through
+// file from package-lock.json with `npm ci`, which Start runs itself when
+// node_modules is missing) for tests that need Service Bus without Azure
+// or Docker. The azservicebus SDK reaches it through
 // ConnectionString, which sets UseDevelopmentEmulator=true (plain AMQP).
 //
 // The double is only as true as what it models; start.mjs's header lists
@@ -28,6 +28,11 @@ import (
 
 	"github.com/dedupq/dedupq/localstack/internal/nodeproc"
 )
+
+// ErrUnavailable is wrapped by Start's error when the double cannot run on
+// this machine (node, or npm for its install, is missing): the one reason
+// a test may skip, outside CI.
+var ErrUnavailable = nodeproc.ErrUnavailable
 
 // Double is a running double.
 type Double struct {
@@ -67,8 +72,9 @@ func dir() string {
 	return filepath.Dir(file)
 }
 
-// Start starts the double on free ports, or returns why it cannot run here
-// (node or the npm package missing).
+// Start starts the double on free ports, installing it from
+// package-lock.json first if needed, or returns why it cannot (wrapping
+// ErrUnavailable when node or npm is missing).
 func Start() (*Double, error) {
 	var stderr io.Writer
 	if os.Getenv("DOUBLE_DEBUG") != "" {

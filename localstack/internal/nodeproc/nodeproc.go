@@ -7,12 +7,10 @@ package nodeproc
 import (
 	"bufio"
 	"bytes"
-	"errors"
 	"fmt"
 	"io"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"regexp"
 	"sync"
 	"time"
@@ -46,16 +44,23 @@ type Process struct {
 // killing it after 5s.
 func (p *Process) Stop() error { return p.stop() }
 
-// Start runs the script and waits, at most 30s, for its ready line. It says
-// plainly when node or the npm package is missing, so callers can skip
-// outside CI.
+// Start runs the script and waits, at most 30s, for its ready line. When
+// the npm package is not installed it first installs Dir's packages from
+// their package-lock.json (`npm ci`, once across parallel test binaries),
+// saying so on Stderr or else os.Stderr. Its error wraps ErrUnavailable
+// when node, or npm for a needed install, is missing, so that callers can
+// skip outside CI.
 func Start(s Spec) (*Process, []string, error) {
 	node, err := exec.LookPath("node")
 	if err != nil {
-		return nil, nil, errors.New("node is not installed")
+		return nil, nil, fmt.Errorf("%s needs node, which is not on PATH (%w)", s.Name, ErrUnavailable)
 	}
-	if _, err := os.Stat(filepath.Join(s.Dir, "node_modules", s.Module, "package.json")); err != nil {
-		return nil, nil, fmt.Errorf("%s is not installed: run `npm ci --prefix localstack/%s` in the repository root", s.Module, filepath.Base(s.Dir))
+	log := s.Stderr
+	if log == nil {
+		log = os.Stderr
+	}
+	if _, err := ensureInstalled(s.Dir, s.Module, log); err != nil {
+		return nil, nil, fmt.Errorf("%s: %w", s.Name, err)
 	}
 	cmd := exec.Command(node, s.Script)
 	cmd.Dir = s.Dir

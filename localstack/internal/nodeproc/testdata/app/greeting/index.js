@@ -1,0 +1,1 @@
+export const ready = "listening on port 1234";
