@@ -18,8 +18,9 @@ import (
 // PublisherOptions configure a Publisher. The zero value is usable.
 type PublisherOptions struct {
 	// Retry bounds resends of a message. Nil means
-	// window.DefaultRetryPolicy(); use &window.RetryPolicy{MaxAttempts: 1}
-	// for no retries.
+	// window.DefaultRetryPolicy(), which also fills the fields a policy
+	// leaves unset (window.RetryPolicy.WithDefaults); use
+	// &window.RetryPolicy{MaxAttempts: 1} for no retries.
 	Retry *window.RetryPolicy
 	// ConsumerDedupTTL declares that the consumers of this publisher's
 	// messages run consumer-side dedup (package dedup) remembering keys at
@@ -63,7 +64,7 @@ type Publisher struct {
 func NewPublisher(ctx context.Context, topic driver.Topic, opts PublisherOptions) (*Publisher, error) {
 	retry := window.DefaultRetryPolicy()
 	if opts.Retry != nil {
-		retry = *opts.Retry
+		retry = opts.Retry.WithDefaults()
 	}
 	w, err := topic.Window(ctx)
 	if err != nil {

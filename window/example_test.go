@@ -38,3 +38,21 @@ func ExampleCheckConsumer() {
 	// <nil>
 	// dedupq: unsafe consumer retry policy: worst-case span unbounded exceeds the dedup store TTL 1h0m0s less a 20% safety margin = 48m0s (jetstream dedup window 2m0s (configured on the entity, discovered from the broker)); fix: bound redeliveries (MaxDeliveries / MaxDeliver / maxReceiveCount / MaxDeliveryCount)
 }
+
+// A policy names only what it changes: WithDefaults fills the rest from
+// DefaultRetryPolicy (dedupq.NewPublisher does this before its check), and
+// String says in one line what the publisher will do.
+func ExampleRetryPolicy_WithDefaults() {
+	partial := window.RetryPolicy{MaxAttempts: 3}
+	fmt.Println("as written:", partial)
+	fmt.Println("filled:    ", partial.WithDefaults())
+	fmt.Println("no waits:  ", window.RetryPolicy{MaxAttempts: 3, InitialBackoff: window.NoBackoff}.WithDefaults())
+	fmt.Println("no retries:", window.RetryPolicy{MaxAttempts: 1}.WithDefaults())
+	fmt.Println("broker:    ", window.RedeliveryPolicy{MaxDeliveries: 3, AckWait: 30 * time.Second, Backoff: []time.Duration{time.Second, 5 * time.Second}})
+	// Output:
+	// as written: 3 attempts, no backoff, no attempt timeout (worst-case span unbounded)
+	// filled:     3 attempts, backoff 100ms×2 up to 5s, jitter 20%, 10s per attempt (worst-case span 30.3s)
+	// no waits:   3 attempts, no backoff, 10s per attempt (worst-case span 30s)
+	// no retries: 1 attempt (no retries)
+	// broker:     3 deliveries, backoff 1s then 5s, ack wait 30s per delivery (worst-case span 1m36s)
+}

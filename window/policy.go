@@ -4,36 +4,57 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"strconv"
+	"strings"
 	"time"
 )
 
 // RetryPolicy bounds how a publisher resends one message. Every resend
 // carries the same dedup ID, so the whole span must fit inside whatever
 // deduplicates it.
+//
+// A publisher fills the fields left unset from DefaultRetryPolicy (see
+// WithDefaults), so a policy need only name what it changes:
+// RetryPolicy{MaxAttempts: 3} is three attempts with the default backoff
+// and attempt timeout. The methods below read a policy as it is, unfilled.
 type RetryPolicy struct {
-	// MaxAttempts is the number of sends including the first. Zero or one
-	// means no retries.
+	// MaxAttempts is the number of sends including the first; 1 means no
+	// retries. Zero is unset: the default's 5 once filled (read as it is,
+	// a single attempt).
 	MaxAttempts int
-	// InitialBackoff is the wait after the first failed attempt.
+	// InitialBackoff is the wait after the first failed attempt. Zero is
+	// unset, and with it the whole backoff (see WithDefaults); NoBackoff
+	// resends at once.
 	InitialBackoff time.Duration
-	// MaxBackoff caps any one wait. Zero means no cap.
+	// MaxBackoff caps any one wait. Zero means no cap, unless the backoff
+	// is unset (InitialBackoff zero), when it is the default's.
 	MaxBackoff time.Duration
 	// Multiplier grows the wait after each failed attempt; values below 1
-	// are treated as 1.
+	// are treated as 1, a constant wait. Zero is the default's when the
+	// backoff is unset.
 	Multiplier float64
 	// Jitter in [0, 1] draws each wait from [b×(1−Jitter), b], where b is
 	// the un-jittered wait. Jitter only ever shortens a wait, so the
-	// worst case stays b and MaxBackoff is a true cap.
+	// worst case stays b and MaxBackoff is a true cap. Zero means none,
+	// unless the backoff is unset, when it is the default's.
 	Jitter float64
-	// AttemptTimeout cuts each attempt short. Zero means an attempt is
-	// bounded only by the caller's context, which makes the worst-case span
-	// unbounded once there is more than one attempt.
+	// AttemptTimeout cuts each attempt short. Zero is unset for a policy
+	// that retries: the default's once filled, because read as it is an
+	// attempt, and so the span, is bounded only by the caller's context.
+	// A single attempt keeps zero: nothing is resent, so nothing needs
+	// bounding but what the caller's context bounds.
 	AttemptTimeout time.Duration
 }
 
-// DefaultRetryPolicy is used by publishers that set no policy. Its span is
-// 51.5s, which fits every broker window dedupq knows except Pub/Sub's
-// (which has none).
+// NoBackoff as InitialBackoff resends at once after a failed attempt. It
+// exists because a zero InitialBackoff is unset and gets the default
+// backoff; it is the one negative duration a RetryPolicy accepts.
+const NoBackoff time.Duration = -1
+
+// DefaultRetryPolicy is used by publishers that set no policy, and fills
+// the unset fields of those that do (WithDefaults). Its span is 51.5s,
+// which fits every broker window dedupq knows except Pub/Sub's (which has
+// none).
 func DefaultRetryPolicy() RetryPolicy {
 	return RetryPolicy{
 		MaxAttempts:    5,
@@ -43,6 +64,58 @@ func DefaultRetryPolicy() RetryPolicy {
 		Jitter:         0.2,
 		AttemptTimeout: 10 * time.Second,
 	}
+}
+
+// WithDefaults returns p with its unset fields filled from
+// DefaultRetryPolicy; dedupq.NewPublisher runs it on the policy it is
+// given, before the startup check. Unset are:
+//
+//   - MaxAttempts zero (use 1 for no retries). A policy that does not
+//     retry is returned with nothing else filled: its backoff is never
+//     used, and its one attempt stays bounded by the caller's context
+//     unless it sets AttemptTimeout.
+//   - AttemptTimeout zero, which would leave the span unbounded.
+//   - The backoff, when InitialBackoff is zero: InitialBackoff, and each
+//     of Multiplier, MaxBackoff and Jitter that is zero, come from the
+//     default, so {MaxAttempts: 10, MaxBackoff: time.Second} keeps the
+//     default growth under its own cap. A policy that sets InitialBackoff
+//     (NoBackoff included) keeps its zeros' own meanings: Multiplier 1, no
+//     cap, no jitter.
+//
+// Before WithDefaults existed, a policy read as it is: MaxAttempts zero
+// sent once, and InitialBackoff zero resent at once. Those two now mean
+// the default's 5 attempts and backoff; write MaxAttempts 1 and
+// InitialBackoff NoBackoff for the old meanings. Any other policy that
+// could pass the startup check before keeps its meaning; one with retries
+// and no AttemptTimeout, refused before as unbounded, now gets the
+// default's.
+//
+// Invalid values (negative, NaN) are left for Validate to report, and
+// filling a filled policy changes nothing.
+func (p RetryPolicy) WithDefaults() RetryPolicy {
+	d := DefaultRetryPolicy()
+	if p.MaxAttempts == 0 {
+		p.MaxAttempts = d.MaxAttempts
+	}
+	if p.MaxAttempts <= 1 {
+		return p
+	}
+	if p.AttemptTimeout == 0 {
+		p.AttemptTimeout = d.AttemptTimeout
+	}
+	if p.InitialBackoff == 0 {
+		p.InitialBackoff = d.InitialBackoff
+		if p.Multiplier == 0 {
+			p.Multiplier = d.Multiplier
+		}
+		if p.MaxBackoff == 0 {
+			p.MaxBackoff = d.MaxBackoff
+		}
+		if p.Jitter == 0 {
+			p.Jitter = d.Jitter
+		}
+	}
+	return p
 }
 
 // Retries is the number of resends after the first attempt.
@@ -59,8 +132,8 @@ func (p RetryPolicy) Validate() error {
 	if p.MaxAttempts < 0 {
 		errs = append(errs, fmt.Errorf("MaxAttempts %d is negative", p.MaxAttempts))
 	}
-	if p.InitialBackoff < 0 || p.MaxBackoff < 0 || p.AttemptTimeout < 0 {
-		errs = append(errs, errors.New("durations must not be negative"))
+	if (p.InitialBackoff < 0 && p.InitialBackoff != NoBackoff) || p.MaxBackoff < 0 || p.AttemptTimeout < 0 {
+		errs = append(errs, errors.New("durations must not be negative (InitialBackoff: NoBackoff means none)"))
 	}
 	if math.IsNaN(p.Multiplier) || math.IsInf(p.Multiplier, 0) {
 		errs = append(errs, fmt.Errorf("Multiplier %v is not a finite number", p.Multiplier))
@@ -179,10 +252,81 @@ func (r RedeliveryPolicy) Span() time.Duration {
 	return span
 }
 
-// String implements fmt.Stringer.
+// String implements fmt.Stringer, in the same shape as RetryPolicy's:
+// how many, the waits between them, how long each may take, and the
+// worst-case span, e.g. "3 deliveries, backoff 1s then 5s, ack wait 30s
+// per delivery (worst-case span 1m36s)".
 func (r RedeliveryPolicy) String() string {
-	if r.Unlimited() {
-		return fmt.Sprintf("unlimited deliveries, ack wait %s", r.AckWait)
+	var b strings.Builder
+	switch {
+	case r.Unlimited():
+		b.WriteString("unlimited deliveries")
+	case r.MaxDeliveries == 1:
+		b.WriteString("1 delivery (no redelivery)")
+	default:
+		fmt.Fprintf(&b, "%d deliveries", r.MaxDeliveries)
 	}
-	return fmt.Sprintf("%d deliveries, ack wait %s, backoff %v", r.MaxDeliveries, r.AckWait, r.Backoff)
+	if r.MaxDeliveries != 1 {
+		if len(r.Backoff) == 0 {
+			b.WriteString(", no backoff")
+		} else {
+			b.WriteString(", backoff ")
+			for i, w := range r.Backoff {
+				if i > 0 {
+					b.WriteString(" then ")
+				}
+				b.WriteString(max(w, 0).String())
+			}
+		}
+	}
+	fmt.Fprintf(&b, ", ack wait %s per delivery (worst-case span %s)", r.AckWait, fmtDur(r.Span()))
+	return b.String()
+}
+
+// String implements fmt.Stringer for logs: the attempts, the backoff
+// (initial wait, growth, cap), the jitter, the attempt timeout and the
+// worst-case span, e.g. the default's "5 attempts, backoff 100ms×2 up to
+// 5s, jitter 20%, 10s per attempt (worst-case span 51.5s)". It describes
+// the policy as it is; call WithDefaults first to see what a publisher
+// runs.
+func (p RetryPolicy) String() string {
+	if p.Validate() != nil {
+		type fields RetryPolicy // without String, so %+v prints the fields
+		return fmt.Sprintf("invalid retry policy %+v", fields(p))
+	}
+	var b strings.Builder
+	if p.Retries() == 0 {
+		b.WriteString("1 attempt (no retries)")
+		if p.AttemptTimeout > 0 {
+			fmt.Fprintf(&b, ", %s per attempt", p.AttemptTimeout)
+		}
+		return b.String()
+	}
+	fmt.Fprintf(&b, "%d attempts, ", p.MaxAttempts)
+	if p.InitialBackoff <= 0 {
+		b.WriteString("no backoff")
+	} else {
+		m := p.Multiplier
+		if !(m >= 1) {
+			m = 1
+		}
+		switch {
+		case m == 1 || p.MaxBackoff > 0 && p.MaxBackoff <= p.InitialBackoff:
+			fmt.Fprintf(&b, "backoff %s", p.Backoff(1)) // every wait the same
+		case p.MaxBackoff > 0:
+			fmt.Fprintf(&b, "backoff %s×%s up to %s", p.InitialBackoff, strconv.FormatFloat(m, 'g', -1, 64), p.MaxBackoff)
+		default:
+			fmt.Fprintf(&b, "backoff %s×%s uncapped", p.InitialBackoff, strconv.FormatFloat(m, 'g', -1, 64))
+		}
+		if p.Jitter > 0 {
+			fmt.Fprintf(&b, ", jitter %s%%", strconv.FormatFloat(math.Round(p.Jitter*1e4)/1e2, 'f', -1, 64))
+		}
+	}
+	if p.AttemptTimeout > 0 {
+		fmt.Fprintf(&b, ", %s per attempt", p.AttemptTimeout)
+	} else {
+		b.WriteString(", no attempt timeout")
+	}
+	fmt.Fprintf(&b, " (worst-case span %s)", fmtDur(p.Span()))
+	return b.String()
 }

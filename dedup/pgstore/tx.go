@@ -31,7 +31,8 @@ type Outcome struct {
 // Do runs fn at most once to completion per key within ttl: in one
 // transaction it records key as completed, runs fn, and commits both. If
 // the key was completed before, Do does not run fn and reports the stored
-// result. A crash or an error anywhere before the commit rolls back fn's
+// result. The ttl runs from the commit, when the record becomes visible,
+// however long fn took, as the startup check assumes. A crash or an error anywhere before the commit rolls back fn's
 // writes and the record together, so the redelivery runs fn again as if for
 // the first time; a crash after the commit leaves both, so the redelivery
 // finds the key completed.
@@ -102,15 +103,49 @@ func (s *Store) do(ctx context.Context, key, fingerprint string, ttl time.Durati
 	if err != nil {
 		return Outcome{}, false, err
 	}
-	if len(result) > 0 {
-		if _, err := tx.Exec(ctx, s.resultSQL, s.ns, key, result); err != nil {
-			return Outcome{}, false, fail(ctx, "do", key, err)
-		}
+	// The take above set expires_at from now(), the transaction's start,
+	// but the record only becomes visible at the commit: counted from
+	// there, a handler that ran for d would leave ttl − d, and the startup
+	// check counts the TTL from the completion. So the last statement
+	// before the commit restarts it from clock_timestamp() (the epsilon
+	// left is this statement's answer and the commit itself), and writes
+	// the result in the same statement.
+	//
+	// It runs without a result too, at the cost of one round trip (and a
+	// row version) per Do. Nothing cheaper is safe: the take cannot know
+	// d; padding its TTL by the context's deadline would not help the
+	// Consumer, whose handler contexts have none, and trusting the startup
+	// check's margin would break plans that set it to none; pgx.Tx sends
+	// COMMIT on its own, so this cannot share its round trip; a deferred
+	// trigger that restarts the TTL inside the commit needs a schema
+	// change (Migration), which is where to look if the round trip
+	// matters.
+	if len(result) == 0 {
+		result = nil // stored as none
+	}
+	tag, err = tx.Exec(ctx, s.finishSQL(), s.ns, key, result, micros(ttl))
+	if err != nil {
+		return Outcome{}, false, fail(ctx, "do", key, err)
+	}
+	if tag.RowsAffected() != 1 {
+		// fn deleted the record (or rewrote its key): committing would
+		// keep fn's effect with nothing to dedup its redelivery.
+		return Outcome{}, false, fmt.Errorf("pgstore: do %q: the handler's transaction removed the key's record; rolled back", key)
 	}
 	if err := tx.Commit(ctx); err != nil {
 		return Outcome{}, false, fail(ctx, "do: commit", key, err)
 	}
 	return Outcome{Ran: true, Result: bytes.Clone(result)}, false, nil
+}
+
+// finishSQL completes Do's record just before the commit: it stores the
+// result ($3, NULL for none) and starts the TTL ($4 microseconds) from the
+// statement's own clock, not the transaction's start. It is built here
+// rather than beside the other statements, and on each call: a few bytes
+// beside a round trip, and pgx caches the prepared statement by its text.
+func (s *Store) finishSQL() string {
+	return "UPDATE " + s.table + ` SET result = $3, expires_at = clock_timestamp() + $4 * interval '1 microsecond'
+WHERE namespace = $1 AND key = $2`
 }
 
 type txKey struct{}

@@ -465,8 +465,10 @@ func (t firedTimer) Stop() bool          { return false }
 // txHandle is pgstore.TxGuard/Do in miniature: the key's record and the
 // effect commit in one transaction; while it is open its row lock holds
 // the key (a concurrent Do waits for it); a crash rolls both back. The
-// record expires ttl after the commit. (pgstore counts the TTL from the
-// transaction's start; see the report of issue 9.)
+// record expires ttl after the commit, as pgstore's Do restarts the TTL
+// in its last statement before committing (pgstore's
+// TestDoTTLRunsFromCommit); counted from the transaction's start instead,
+// accepted plans ran effects twice here.
 func (s *sim) txHandle(p *proc, d *dedupq.Delivery) error {
 	if p.failClaim {
 		return fmt.Errorf("do: %w", dedup.ErrStoreUnavailable)
