@@ -190,6 +190,11 @@ func (g *Guard) lease(d *dedupq.Delivery) time.Duration {
 }
 
 // Wrap returns h guarded by the store. The returned handler:
+//   - nacks with ErrEmptyKey, without running h or asking the store, when
+//     the delivery's key is empty (see refuseEmptyKey);
+//   - nacks with ErrStoreUnavailable when the store cannot be asked
+//     (unless FailOpen), counting it in Stats.Unavailable and logging once
+//     when such an outage starts and once when it ends;
 //   - acks (returns nil) without running h when the key is completed;
 //   - nacks with ErrInProgress, delayed until the holder's lease ends, when
 //     another handler holds the key — acking it would lose the message if
