@@ -69,8 +69,9 @@ type Consumer struct {
 
 // NewConsumer wraps a driver subscription. It reads the window and the
 // broker's real redelivery settings and, when opts.Dedup is set, fails with
-// a *window.UnsafeRetryError if the dedup TTL does not cover them. On
-// success the Consumer owns sub; on failure the caller still does.
+// a *window.UnsafeRetryError if the dedup TTL does not cover them, and with
+// the Deduplicator's own error if it is a Checker whose store is not ready.
+// On success the Consumer owns sub; on failure the caller still does.
 func NewConsumer(ctx context.Context, sub driver.Subscription, opts ConsumerOptions) (*Consumer, error) {
 	w, err := sub.Window(ctx)
 	if err != nil {
@@ -87,6 +88,11 @@ func NewConsumer(ctx context.Context, sub driver.Subscription, opts ConsumerOpti
 		})
 		if err != nil {
 			return nil, err
+		}
+		if c, ok := opts.Dedup.(Checker); ok {
+			if err := c.Check(ctx); err != nil {
+				return nil, fmt.Errorf("dedupq: consumer-side dedup is not ready: %w", err)
+			}
 		}
 	}
 	if opts.Concurrency <= 0 {

@@ -27,7 +27,11 @@ type GuardOptions struct {
 	// wait), falling back to 30s; the Guard extends it while the handler
 	// runs.
 	Lease time.Duration
-	// Key derives the dedup key; nil uses Message.ID.
+	// Key derives the dedup key; nil uses Message.ID, which every adapter
+	// fills with a stable broker identity when the message was published
+	// without a dedup ID (see each adapter's package doc). A key must
+	// never be empty: a delivery whose key is "" is refused with
+	// ErrEmptyKey (nacked), never run, skipped or taken for a conflict.
 	Key func(*dedupq.Delivery) string
 	// Fingerprint derives the payload fingerprint; nil uses BodyFingerprint.
 	Fingerprint func(*dedupq.Message) string
@@ -41,8 +45,9 @@ type GuardOptions struct {
 	SettleTimeout time.Duration
 	// Clock times lease extension; nil means the real clock.
 	Clock clock.Clock
-	// Logger receives bypasses and completion failures; nil means
-	// slog.Default().
+	// Logger receives bypasses, completion failures, refused empty keys,
+	// and one line when the store stops answering and one when it answers
+	// again; nil means slog.Default().
 	Logger *slog.Logger
 }
 
@@ -66,6 +71,13 @@ type Stats struct {
 	// Unrecorded counts handler successes whose completion could not be
 	// recorded (the documented gap; see the package doc).
 	Unrecorded uint64
+	// Unavailable counts deliveries nacked without running because the
+	// store could not be asked (fail-closed). Fail-open runs count as
+	// Bypassed instead.
+	Unavailable uint64
+	// EmptyKey counts deliveries nacked because their dedup key was empty
+	// (ErrEmptyKey).
+	EmptyKey uint64
 }
 
 // Guard makes a handler idempotent by dedup key: claim, run, complete, then
@@ -76,11 +88,25 @@ type Guard struct {
 	clock clock.Clock
 	log   *slog.Logger
 	stats struct {
-		ran, failed, suppressed, deferred, conflicts, bypassed, unrecorded atomic.Uint64
+		ran, failed, suppressed, deferred, conflicts, bypassed, unrecorded, unavailable, emptyKey atomic.Uint64
 	}
+	// down is set while the store is failing claims, so that the outage is
+	// logged once when it starts and once when it ends, not per delivery.
+	// outage counts outages, so that only a claim begun during the current
+	// one can declare it over (one begun before may answer late).
+	down   atomic.Bool
+	outage atomic.Uint64
 }
 
-var _ dedupq.Deduplicator = (*Guard)(nil)
+var (
+	_ dedupq.Deduplicator = (*Guard)(nil)
+	_ dedupq.Checker      = (*Guard)(nil)
+)
+
+// checkTimeout bounds Check when the caller's context has no earlier
+// deadline: a store behind a dropped route would otherwise hold up startup
+// for as long as the OS takes to give up on the connection.
+const checkTimeout = 15 * time.Second
 
 // NewGuard checks opts and returns a Guard.
 func NewGuard(opts GuardOptions) (*Guard, error) {
@@ -113,7 +139,37 @@ func (g *Guard) Stats() Stats {
 		Ran: s.ran.Load(), Failed: s.failed.Load(), Suppressed: s.suppressed.Load(),
 		Deferred: s.deferred.Load(), Conflicts: s.conflicts.Load(),
 		Bypassed: s.bypassed.Load(), Unrecorded: s.unrecorded.Load(),
+		Unavailable: s.unavailable.Load(), EmptyKey: s.emptyKey.Load(),
 	}
+}
+
+// Check reports whether the store is ready, if the store can tell (it
+// implements Checker; a store that cannot is taken as ready).
+// dedupq.NewConsumer calls it, so that a store that is down or not set up
+// fails the consumer's startup with an error that says what to do, instead
+// of every delivery being nacked. An error wraps ErrNotReady and the
+// store's error.
+//
+// With FailOpen, a store that cannot be reached (ErrStoreUnavailable) is
+// logged and tolerated, since the Guard was told to run handlers without
+// it; a store that answers but is not set up still fails, because that
+// outage would never end by itself.
+func (g *Guard) Check(ctx context.Context) error {
+	c, ok := g.opts.Store.(Checker)
+	if !ok {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(ctx, checkTimeout)
+	defer cancel()
+	err := c.Check(ctx)
+	if err == nil {
+		return nil
+	}
+	if g.opts.FailOpen && errors.Is(err, ErrStoreUnavailable) {
+		g.log.Warn("dedup: store unreachable at startup; handlers will run without a dedup decision until it answers (FailOpen)", "err", err)
+		return nil
+	}
+	return fmt.Errorf("%w: %w", ErrNotReady, err)
 }
 
 // BodyFingerprint is the default payload fingerprint: the hex SHA-256 of
@@ -134,6 +190,11 @@ func (g *Guard) lease(d *dedupq.Delivery) time.Duration {
 }
 
 // Wrap returns h guarded by the store. The returned handler:
+//   - nacks with ErrEmptyKey, without running h or asking the store, when
+//     the delivery's key is empty (see refuseEmptyKey);
+//   - nacks with ErrStoreUnavailable when the store cannot be asked
+//     (unless FailOpen), counting it in Stats.Unavailable and logging once
+//     when such an outage starts and once when it ends;
 //   - acks (returns nil) without running h when the key is completed;
 //   - nacks with ErrInProgress, delayed until the holder's lease ends, when
 //     another handler holds the key — acking it would lose the message if
@@ -149,6 +210,9 @@ func (g *Guard) Wrap(h dedupq.Handler) dedupq.Handler {
 		if g.opts.Key != nil {
 			key = g.opts.Key(d)
 		}
+		if key == "" {
+			return g.refuseEmptyKey(d)
+		}
 		fp := BodyFingerprint
 		if g.opts.Fingerprint != nil {
 			fp = g.opts.Fingerprint
@@ -156,14 +220,25 @@ func (g *Guard) Wrap(h dedupq.Handler) dedupq.Handler {
 		fingerprint := fp(&d.Message)
 		lease := g.lease(d)
 
+		wasDown, outage := g.down.Load(), g.outage.Load()
 		c, err := g.opts.Store.Claim(ctx, key, fingerprint, lease)
 		if err != nil {
+			if ctx.Err() != nil {
+				// The consumer is shutting down, not the store: the
+				// delivery goes back, and nothing is said about the store.
+				return fmt.Errorf("dedup: claim %q: %w", key, err)
+			}
+			g.storeDown(err)
 			if g.opts.FailOpen {
 				g.stats.bypassed.Add(1)
 				g.log.Warn("dedup: store failed; running the handler without a dedup decision (FailOpen)", "key", key, "err", err)
 				return h(ctx, d)
 			}
+			g.stats.unavailable.Add(1)
 			return fmt.Errorf("%w: claim %q: %w", ErrStoreUnavailable, key, err)
+		}
+		if wasDown {
+			g.storeUp(outage)
 		}
 		if c.State != Acquired && c.Fingerprint != "" && c.Fingerprint != fingerprint {
 			g.stats.conflicts.Add(1)
@@ -182,6 +257,41 @@ func (g *Guard) Wrap(h dedupq.Handler) dedupq.Handler {
 			return fmt.Errorf("dedup: store returned unknown claim state %v", c.State)
 		}
 		return g.run(ctx, h, d, key, c.Token, lease)
+	}
+}
+
+// refuseEmptyKey nacks a delivery whose key is empty. Not a terminate: the
+// message is fine, the key derivation is not (a custom Key that misses an
+// attribute, a backend without a fallback identity), and once that is
+// fixed the redelivery runs; a terminate would drop or dead-letter a
+// message nobody ran. Not a claim of "": that key is shared by every such
+// delivery, so all but the first would be acked unrun or terminated as
+// conflicts. The nack follows the broker's own backoff.
+func (g *Guard) refuseEmptyKey(d *dedupq.Delivery) error {
+	g.stats.emptyKey.Add(1)
+	g.log.Error("dedup: delivery has an empty dedup key; nacking it unrun (set Message.ID when publishing, or make GuardOptions.Key return a non-empty key)",
+		"backend_id", d.BackendID, "attempt", d.Attempt, "custom_key", g.opts.Key != nil)
+	return fmt.Errorf("%w: delivery with backend ID %q (attempt %d): no dedup ID, and no key could be derived", ErrEmptyKey, d.BackendID, d.Attempt)
+}
+
+// storeDown notes a failed claim, logging once per outage.
+func (g *Guard) storeDown(err error) {
+	if g.down.CompareAndSwap(false, true) {
+		g.outage.Add(1)
+		what := "nacking deliveries until it answers again (fail-closed)"
+		if g.opts.FailOpen {
+			what = "running handlers without a dedup decision until it answers again (FailOpen)"
+		}
+		g.log.Error("dedup: store unavailable; "+what, "err", err)
+	}
+}
+
+// storeUp notes a claim that succeeded after it began during an outage,
+// logging the end of the outage once.
+func (g *Guard) storeUp(outage uint64) {
+	if g.outage.Load() == outage && g.down.CompareAndSwap(true, false) {
+		s := g.Stats()
+		g.log.Info("dedup: store answering again; deliveries are processed", "unavailable_total", s.Unavailable, "bypassed_total", s.Bypassed)
 	}
 }
 

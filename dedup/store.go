@@ -76,6 +76,15 @@ var (
 	// ErrStoreUnavailable wraps store errors on the fail-closed path: the
 	// delivery is nacked, never processed without a dedup decision.
 	ErrStoreUnavailable = errors.New("dedup: store unavailable")
+	// ErrEmptyKey is the cause of the nack of a delivery whose dedup key
+	// came out empty: a message without a dedup ID on a backend that gives
+	// no fallback identity, or a GuardOptions.Key that returned "". An
+	// empty key would be shared by every such delivery, so that all but the
+	// first were skipped or reported as conflicts.
+	ErrEmptyKey = errors.New("dedup: empty dedup key")
+	// ErrNotReady matches the error of a readiness check (Guard.Check,
+	// a Checker store) that found the store unusable.
+	ErrNotReady = errors.New("dedup: store not ready")
 )
 
 // ConflictError reports a dedup key seen with a different payload
@@ -120,4 +129,17 @@ type Store interface {
 	// Release frees key so the next delivery processes it. Releasing a key
 	// the caller no longer holds returns ErrLeaseLost and changes nothing.
 	Release(ctx context.Context, key, token string) error
+}
+
+// Checker is implemented by a Store that can tell, cheaply and before the
+// first delivery, whether it can work: the server answers, and what the
+// claim needs (a table, a command) is there. Guard.Check calls it, and
+// dedupq.NewConsumer calls Guard.Check, so that a dead or unprepared store
+// fails the consumer's startup instead of nacking every delivery.
+type Checker interface {
+	// Check returns nil if the store is ready. An error wraps
+	// ErrStoreUnavailable when the store could not be reached (it may come
+	// back by itself); any other error means it answered but is not set up
+	// (a missing table, a server too old), and says what to do.
+	Check(ctx context.Context) error
 }

@@ -39,7 +39,19 @@
 //
 // Message.ID travels in the Nats-Msg-Id header, which the stream
 // deduplicates on; a send the stream dropped as a duplicate reports
-// SendResult.Duplicate. BackendID is the stream sequence. Attributes travel
+// SendResult.Duplicate. BackendID is the stream sequence.
+//
+// A message stored without a Nats-Msg-Id (published by "nats pub" or
+// another service, or sourced from another stream) is delivered with
+// Message.ID "stream <stream> seq <stream sequence> time <stored time,
+// Unix ns>": its identity in the stream, the same on every redelivery, so
+// a dedup Guard runs each such message once and never takes two of them
+// for one. Two publishes of the same payload without an ID are two
+// messages. The spaces keep it apart from every ID a dedupq Publisher can
+// send. The key is the stream's, so a consumer moved to another stream
+// holding the same messages (a mirror, a re-import) sees new keys.
+//
+// Attributes travel
 // as NATS headers, one header per attribute. Names starting with "Nats-"
 // (any case) are refused because the server and client give them meaning
 // (Nats-Msg-Id, Nats-Expected-Stream, Nats-Rollup, Nats-TTL, …), and so are

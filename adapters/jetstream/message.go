@@ -159,10 +159,14 @@ func toNATS(subject string, m *driver.Message) *nats.Msg {
 
 // fromNATS reads a consumed message back into a driver message. Headers
 // the server or client own are left out; a header with several values
-// (from a producer other than dedupq) yields its first.
+// (from a producer other than dedupq) yields its first. A message without
+// a Nats-Msg-Id gets fallbackID as its ID.
 func fromNATS(subject string, m jetstream.Msg) driver.Message {
 	h := m.Headers()
 	out := driver.Message{ID: h.Get(jetstream.MsgIDHeader), Body: m.Data()}
+	if out.ID == "" {
+		out.ID = fallbackID(m)
+	}
 	for k, vs := range h {
 		if len(vs) == 0 || reservedHeader(k) {
 			continue
@@ -176,4 +180,23 @@ func fromNATS(subject string, m jetstream.Msg) driver.Message {
 		out.GroupKey = rest
 	}
 	return out
+}
+
+// fallbackID is the dedup key of a message stored without a Nats-Msg-Id
+// (sent by "nats pub", by another service, or copied into a sourced
+// stream): "stream <name> seq <stream sequence> time <stored time in Unix
+// nanoseconds>", from the delivery's metadata. Every redelivery of the
+// stored message carries the same three, unlike the consumer sequence,
+// which counts deliveries; the stream name keeps apart streams whose
+// consumers share a dedup store, and the stored time keeps apart the
+// messages of a stream that was deleted and created again, whose sequence
+// starts over. The spaces keep it apart from every ID a dedupq Publisher
+// can send (idRune refuses them). Without metadata (not a JetStream
+// message) it is "", which the dedup Guard refuses rather than share.
+func fallbackID(m jetstream.Msg) string {
+	meta, err := m.Metadata()
+	if err != nil || meta.Stream == "" {
+		return ""
+	}
+	return fmt.Sprintf("stream %s seq %d time %d", meta.Stream, meta.Sequence.Stream, meta.Timestamp.UnixNano())
 }

@@ -41,7 +41,10 @@
 // order only when it was created with message ordering. Result.BackendID and
 // Delivery.BackendID are Pub/Sub's message ID. A message published by
 // something other than dedupq (no AttrID) is delivered with its Pub/Sub
-// message ID as Message.ID, which is stable across its redeliveries.
+// message ID as Message.ID, which is stable across its redeliveries and
+// unique within its topic, so a dedup Guard runs each such message once.
+// Consumers of different topics that receive such messages should not
+// share a dedup store namespace.
 //
 // Limits are Pub/Sub's: at most 100 attributes per message (99 for users),
 // attribute names up to 256 bytes and not starting with "goog", attribute

@@ -133,7 +133,7 @@ func (s *Subscription) Receive(ctx context.Context, n int) ([]*driver.Delivery, 
 		if len(msgs) > 0 {
 			out := make([]*driver.Delivery, len(msgs))
 			for i, m := range msgs {
-				out[i] = fromSB(m, lease)
+				out[i] = fromSB(m, lease, s.entity)
 			}
 			return out, nil
 		}
@@ -146,13 +146,16 @@ func (s *Subscription) Receive(ctx context.Context, n int) ([]*driver.Delivery, 
 	}
 }
 
-func fromSB(m *azservicebus.ReceivedMessage, lease time.Duration) *driver.Delivery {
+func fromSB(m *azservicebus.ReceivedMessage, lease time.Duration, e Entity) *driver.Delivery {
 	d := &driver.Delivery{
 		Message:   driver.Message{ID: m.MessageID, Body: m.Body},
 		Attempt:   int(m.DeliveryCount),
 		BackendID: m.MessageID,
 		Lease:     lease,
 		Handle:    m,
+	}
+	if d.Message.ID == "" {
+		d.Message.ID = fallbackID(m, e)
 	}
 	if m.SessionID != nil {
 		d.Message.GroupKey = *m.SessionID
@@ -169,6 +172,27 @@ func fromSB(m *azservicebus.ReceivedMessage, lease time.Duration) *driver.Delive
 		}
 	}
 	return d
+}
+
+// fallbackID is the dedup key of a message sent without a MessageId (by a
+// producer other than dedupq): "<entity> seq <sequence number> time
+// <enqueued time in Unix nanoseconds>". Every redelivery carries the same
+// sequence number and enqueued time; the entity keeps apart entities whose
+// consumers share a dedup store, and the enqueued time keeps apart the
+// messages of an entity that was deleted and created again, whose
+// sequence starts over. Service Bus takes any MessageId, so nothing but
+// its form keeps it from a producer's own IDs: one would have to send
+// exactly this string. Without a sequence number it is "", which the
+// dedup Guard refuses rather than share.
+func fallbackID(m *azservicebus.ReceivedMessage, e Entity) string {
+	if m.SequenceNumber == nil {
+		return ""
+	}
+	var at int64
+	if m.EnqueuedTime != nil {
+		at = m.EnqueuedTime.UnixNano()
+	}
+	return fmt.Sprintf("%s seq %d time %d", e, *m.SequenceNumber, at)
 }
 
 func handle(d *driver.Delivery) (*azservicebus.ReceivedMessage, error) {

@@ -20,6 +20,14 @@
 // original travels in the AttrID attribute, from which the consumer restores
 // it. IDs are never truncated.
 //
+// A message sent by another producer (no AttrID) is delivered with its
+// MessageDeduplicationId as Message.ID, which SQS keeps with the message:
+// the producer's own, or the SHA-256 of the body that content-based
+// deduplication computed. A FIFO message always has one, the same on every
+// redelivery, so a delivery never reaches a dedup Guard without a key. Two
+// sends of the same body by content-based deduplication are one message,
+// as SQS itself treats them within its window.
+//
 // Bodies and attribute values that are not text SQS accepts (binary data,
 // NUL, invalid UTF-8, empty values) are encoded so that they arrive
 // unchanged; see AttrBody. Attribute names starting with ReservedAttrPrefix

@@ -49,6 +49,10 @@ type Outcome struct {
 // effect may or may not have committed: the error wraps
 // dedup.ErrStoreUnavailable, and the redelivery finds out which.
 func (s *Store) Do(ctx context.Context, key, fingerprint string, ttl time.Duration, fn TxFunc) (Outcome, error) {
+	if key == "" {
+		// "" would be one key shared by every caller that has none.
+		return Outcome{}, fmt.Errorf("pgstore: do: %w", dedup.ErrEmptyKey)
+	}
 	if ttl <= 0 {
 		return Outcome{}, fmt.Errorf("pgstore: do %q: ttl %s is not positive", key, ttl)
 	}
@@ -167,7 +171,10 @@ type TxGuard struct {
 	fingerprint func(*dedupq.Message) string
 }
 
-var _ dedupq.Deduplicator = (*TxGuard)(nil)
+var (
+	_ dedupq.Deduplicator = (*TxGuard)(nil)
+	_ dedupq.Checker      = (*TxGuard)(nil)
+)
 
 // TxGuardOptions configure a TxGuard.
 type TxGuardOptions struct {
@@ -194,15 +201,34 @@ func NewTxGuard(s *Store, o TxGuardOptions) (*TxGuard, error) {
 // TTL implements dedupq.Deduplicator.
 func (g *TxGuard) TTL() time.Duration { return g.ttl }
 
+// Check implements dedupq.Checker, so that dedupq.NewConsumer fails at
+// startup when the database cannot be reached or the table is missing,
+// instead of nacking every delivery. An error wraps dedup.ErrNotReady.
+func (g *TxGuard) Check(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, 15*time.Second)
+	defer cancel()
+	if err := g.store.Check(ctx); err != nil {
+		return fmt.Errorf("%w: %w", dedup.ErrNotReady, err)
+	}
+	return nil
+}
+
 // Wrap implements dedupq.Deduplicator. A delivery whose key completed
 // before is acked without running h. One whose key another handler holds
 // is nacked (its error matches dedup.ErrInProgress). A key reused with
 // another payload is a permanent failure (dedup.ErrFingerprintMismatch):
 // no redelivery can make it right. An unreachable database nacks
 // (dedup.ErrStoreUnavailable): the delivery is never processed without a
-// dedup decision.
+// dedup decision. A delivery without a dedup ID (where the backend gives
+// no fallback identity, see its package doc) is nacked with an error
+// matching dedup.ErrEmptyKey, for the reasons the Guard gives: it is never
+// run under the one key "" that every such delivery would share, and never
+// dropped.
 func (g *TxGuard) Wrap(h dedupq.Handler) dedupq.Handler {
 	return func(ctx context.Context, d *dedupq.Delivery) error {
+		if d.Message.ID == "" {
+			return fmt.Errorf("pgstore: delivery with backend ID %q (attempt %d): %w", d.BackendID, d.Attempt, dedup.ErrEmptyKey)
+		}
 		_, err := g.store.Do(ctx, d.Message.ID, g.fingerprint(&d.Message), g.ttl, func(ctx context.Context, tx pgx.Tx) ([]byte, error) {
 			return nil, h(context.WithValue(ctx, txKey{}, tx), d)
 		})
