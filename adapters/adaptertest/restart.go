@@ -207,13 +207,27 @@ func testRestart(t *testing.T, s *suite) {
 		}
 	}
 	within := s.caps.WaitTimeout + 2*restartConfig.AckWait + 30*time.Second
-
-	for k, at := range restartAt {
+	// waitPublished waits for the publisher to reach restart point k: it
+	// must, within its retry policy, after the previous restart.
+	waitPublished := func(k, at int) {
+		t.Helper()
+		deadline := time.NewTimer(within)
+		defer deadline.Stop()
 		select {
 		case <-reached[k]:
 		case <-pubDone:
 			t.Fatalf("the publisher stopped before message %d", at)
+		case err := <-runDone:
+			runDone <- err
+			t.Fatalf("Consumer.Run returned before restart %d: %v; it must ride through a backend restart", k+1, err)
+		case <-deadline.C:
+			t.Fatalf("the publisher did not reach message %d within %s (%d published): publishes after the restart do not get through",
+				at, within, pubbed.Load())
 		}
+	}
+
+	for k, at := range restartAt {
+		waitPublished(k, at)
 		// The first stop meets an idle consumer, whose receive is waiting
 		// at the broker (a pending pull, a long poll); the second meets
 		// messages not yet consumed and settles in flight, unless the
