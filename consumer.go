@@ -42,8 +42,8 @@ type ConsumerOptions struct {
 	SettleTimeout time.Duration
 	// Clock times lease extension and backoff; nil means the real clock.
 	Clock clock.Clock
-	// Logger receives what cannot be returned: failed acks, failed lease
-	// extensions. Nil means slog.Default().
+	// Logger receives what cannot be returned: receive outages, failed
+	// acks, failed lease extensions. Nil means slog.Default().
 	Logger *slog.Logger
 }
 
@@ -107,7 +107,10 @@ func (c *Consumer) Window() window.Window { return c.win }
 func (c *Consumer) Redelivery() window.RedeliveryPolicy { return c.redelivery }
 
 // Run receives and handles deliveries until ctx is done or receiving fails
-// for good. On ctx done it stops fetching, lets in-flight handlers finish
+// for good. A broker that goes away and comes back (a restart, a network
+// cut) does not end Run: receive errors the driver calls retryable are
+// retried for as long as they last, with capped backoff, logged when the
+// outage starts, every minute while it lasts and when it ends. On ctx done it stops fetching, lets in-flight handlers finish
 // (up to ShutdownTimeout), settles them, and returns nil. Only one Run may
 // be active at a time.
 func (c *Consumer) Run(ctx context.Context, h Handler) error {
