@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math/rand/v2"
 	"sync"
 	"time"
 
@@ -47,8 +48,8 @@ type ConsumerOptions struct {
 	SettleTimeout time.Duration
 	// Clock times lease extension and backoff; nil means the real clock.
 	Clock clock.Clock
-	// Logger receives what cannot be returned: failed acks, failed lease
-	// extensions. Nil means slog.Default().
+	// Logger receives what cannot be returned: receive outages, failed
+	// acks, failed lease extensions. Nil means slog.Default().
 	Logger *slog.Logger
 }
 
@@ -118,7 +119,10 @@ func (c *Consumer) Window() window.Window { return c.win }
 func (c *Consumer) Redelivery() window.RedeliveryPolicy { return c.redelivery }
 
 // Run receives and handles deliveries until ctx is done or receiving fails
-// for good. On ctx done it stops fetching, lets in-flight handlers finish
+// for good. A broker that goes away and comes back (a restart, a network
+// cut) does not end Run: receive errors the driver calls retryable are
+// retried for as long as they last, with capped backoff, logged when the
+// outage starts, every minute while it lasts and when it ends. On ctx done it stops fetching, lets in-flight handlers finish
 // (up to ShutdownTimeout), settles them, and returns nil. Only one Run may
 // be active at a time.
 func (c *Consumer) Run(ctx context.Context, h Handler) error {
@@ -164,10 +168,71 @@ func (c *Consumer) Run(ctx context.Context, h Handler) error {
 	return err
 }
 
+// Receive retries. A broker that goes away and comes back (a restart, a
+// failover, a network cut) is the normal case, so a receive error the
+// driver calls retryable never ends Run: the loop waits and tries again,
+// for as long as the outage lasts, with exponential backoff between
+// receiveBackoffMin and receiveBackoffMax. Only an error the driver says
+// can never heal (the subscription was deleted, the credentials were
+// refused) ends Run.
+const (
+	receiveBackoffMin = 100 * time.Millisecond
+	receiveBackoffMax = 5 * time.Second
+	// outageReminder spaces the Warn lines of a long outage, so that a
+	// broker down for an hour logs a line a minute, not one per attempt.
+	outageReminder = time.Minute
+)
+
+// receiveBackoff is the wait after the n-th consecutive failed receive
+// (n ≥ 1): receiveBackoffMin doubling up to receiveBackoffMax, drawn from
+// its upper half so that consumers that lost the same broker do not come
+// back in lockstep.
+func receiveBackoff(n int) time.Duration {
+	b := min(receiveBackoffMin<<min(n-1, 16), receiveBackoffMax)
+	return b/2 + rand.N(b/2+1)
+}
+
+// outage tracks consecutive failed receives, to log the start of an outage
+// once (Warn), remind of it rarely (Warn) and report its end (Info).
+type outage struct {
+	failures int
+	since    time.Time
+	reminded time.Time
+}
+
+// failed records a retryable receive error, logs as due, and returns how
+// long to wait before the next receive.
+func (o *outage) failed(c *Consumer, err error) time.Duration {
+	now := c.clock.Now()
+	o.failures++
+	wait := receiveBackoff(o.failures)
+	switch {
+	case o.failures == 1:
+		o.since, o.reminded = now, now
+		c.log.Warn("dedupq: receive failed; retrying with backoff until the broker answers", "err", err, "wait", wait)
+	case now.Sub(o.reminded) >= outageReminder:
+		o.reminded = now
+		c.log.Warn("dedupq: receive still failing; retrying", "err", err, "for", now.Sub(o.since), "attempts", o.failures, "wait", wait)
+	default:
+		c.log.Debug("dedupq: receive failed; retrying", "err", err, "attempts", o.failures, "wait", wait)
+	}
+	return wait
+}
+
+// recovered records a receive that worked, logging the end of an outage.
+func (o *outage) recovered(c *Consumer) {
+	if o.failures == 0 {
+		return
+	}
+	c.log.Info("dedupq: receive recovered", "after", c.clock.Now().Sub(o.since), "failed_attempts", o.failures)
+	o.failures = 0
+}
+
 // receiveLoop fetches as many deliveries as there are free handler slots
-// and starts each; it returns nil when ctx is done.
+// and starts each; it returns nil when ctx is done, and an error only when
+// receiving failed for good.
 func (c *Consumer) receiveLoop(ctx context.Context, slots chan struct{}, start func(*driver.Delivery)) error {
-	failures := 0
+	var out outage
 	for {
 		select {
 		case slots <- struct{}{}:
@@ -193,17 +258,15 @@ func (c *Consumer) receiveLoop(ctx context.Context, slots chan struct{}, start f
 		}
 		switch {
 		case err == nil:
-			failures = 0
+			out.recovered(c)
 		case ctx.Err() != nil:
 			return nil
 		case c.sub.IsRetryable(err):
-			failures++
-			wait := min(100*time.Millisecond<<min(failures, 6), 5*time.Second)
-			c.log.Warn("dedupq: receive failed, retrying", "err", err, "wait", wait)
-			if !clock.Sleep(c.clock, wait, ctx.Done()) {
+			if !clock.Sleep(c.clock, out.failed(c, err), ctx.Done()) {
 				return nil
 			}
 		default:
+			c.log.Error("dedupq: receive failed for good; the consumer stops", "err", err)
 			return fmt.Errorf("dedupq: receive: %w", err)
 		}
 	}
@@ -240,18 +303,23 @@ func (c *Consumer) handle(ctx context.Context, h Handler, d *driver.Delivery) {
 	}
 }
 
-// settle retries a settle operation while its error is retryable.
+// settleBackoffMax caps the wait between two tries of one settle call.
+const settleBackoffMax = time.Second
+
+// settle retries a settle operation while its error is retryable, until
+// ctx (SettleTimeout) ends: an ack that fails while the broker restarts
+// reaches it once it is back, if that is within SettleTimeout, instead of
+// leaving the message to be redelivered.
 func (c *Consumer) settle(ctx context.Context, op func(context.Context) error) error {
-	var err error
-	for i := range 3 {
-		if err = op(ctx); err == nil || !c.sub.IsRetryable(err) {
+	for i := 0; ; i++ {
+		err := op(ctx)
+		if err == nil || !c.sub.IsRetryable(err) {
 			return err
 		}
-		if !clock.Sleep(c.clock, 50*time.Millisecond<<i, ctx.Done()) {
-			break
+		if !clock.Sleep(c.clock, min(50*time.Millisecond<<min(i, 16), settleBackoffMax), ctx.Done()) {
+			return err
 		}
 	}
-	return err
 }
 
 // keepLeased extends d's lease at half its length until the returned func is

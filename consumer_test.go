@@ -5,6 +5,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -24,6 +26,7 @@ type chanSub struct {
 	extends    map[string]int
 	ackErrs    int // fail this many acks with a retryable error first
 	recvErr    error
+	recvFails  int // fail this many receives with a retryable error first
 }
 
 func newChanSub() *chanSub {
@@ -42,6 +45,13 @@ func (s *chanSub) Receive(ctx context.Context, max int) ([]*driver.Delivery, err
 	if s.recvErr != nil {
 		return nil, s.recvErr
 	}
+	s.mu.Lock()
+	if s.recvFails > 0 {
+		s.recvFails--
+		s.mu.Unlock()
+		return nil, errUnavailable
+	}
+	s.mu.Unlock()
 	select {
 	case d := <-s.in:
 		return []*driver.Delivery{d}, nil
@@ -259,5 +269,106 @@ func TestNewConsumerChecksDedupTTL(t *testing.T) {
 				t.Fatalf("NewConsumer = %v, want ok=%v", err, tt.ok)
 			}
 		})
+	}
+}
+
+// logRecords keeps every log record, for tests of what the consumer logs.
+type logRecords struct {
+	mu   sync.Mutex
+	recs []slog.Record
+}
+
+func (l *logRecords) Enabled(context.Context, slog.Level) bool { return true }
+func (l *logRecords) Handle(_ context.Context, r slog.Record) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.recs = append(l.recs, r)
+	return nil
+}
+func (l *logRecords) WithAttrs([]slog.Attr) slog.Handler { return l }
+func (l *logRecords) WithGroup(string) slog.Handler      { return l }
+
+// lines returns "LEVEL message" of every record at level or above.
+func (l *logRecords) lines(level slog.Level) []string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var out []string
+	for _, r := range l.recs {
+		if r.Level >= level {
+			out = append(out, r.Level.String()+" "+r.Message)
+		}
+	}
+	return out
+}
+
+// A broker that goes away and comes back (here: 40 failed receives, a
+// long outage on the consumer's capped backoff) must not end Run; the
+// outage is logged once when it starts, once a minute while it lasts and
+// once when it ends, not once per attempt.
+func TestReceiveOutageIsRiddenThrough(t *testing.T) {
+	fake := clock.NewFake(time.Unix(0, 0))
+	sub := newChanSub()
+	const fails = 40
+	sub.recvFails = fails
+	logs := &logRecords{}
+	c, _ := NewConsumer(context.Background(), sub, ConsumerOptions{Clock: fake, Logger: slog.New(logs)})
+	stop := runConsumer(t, c, func(context.Context, *Delivery) error { return nil })
+	var waited time.Duration
+	for i := 1; i <= fails; i++ {
+		testutil.WaitFor(t, func() bool { return fake.Waiters() == 1 })
+		// Each wait is at most the cap, and at least half the cap once
+		// the backoff has grown to it.
+		before := fake.Now()
+		fake.Advance(receiveBackoffMax)
+		waited += fake.Now().Sub(before)
+	}
+	sub.push("after", 0)
+	testutil.WaitFor(t, func() bool { return sub.get("after") == "ack" })
+	if err := stop(); err != nil {
+		t.Fatalf("Run = %v, want nil after an outage and a cancel", err)
+	}
+	got := logs.lines(slog.LevelInfo)
+	// 40 waits of the 5s cap span 200s: a start line, reminders at 1m, 2m
+	// and 3m, and the recovery.
+	want := []string{
+		"WARN dedupq: receive failed; retrying with backoff until the broker answers",
+		"WARN dedupq: receive still failing; retrying",
+		"WARN dedupq: receive still failing; retrying",
+		"WARN dedupq: receive still failing; retrying",
+		"INFO dedupq: receive recovered",
+	}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Errorf("logged %d lines at Info or above over %s of outage:\n%s\nwant:\n%s",
+			len(got), waited, strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+}
+
+func TestReceiveBackoffIsBounded(t *testing.T) {
+	for n := 1; n <= 100; n++ {
+		want := min(receiveBackoffMin<<min(n-1, 16), receiveBackoffMax)
+		for range 20 {
+			if got := receiveBackoff(n); got < want/2 || got > want {
+				t.Fatalf("receiveBackoff(%d) = %s, want within [%s, %s]", n, got, want/2, want)
+			}
+		}
+	}
+}
+
+// An ack that fails while the broker is away is retried until it gets
+// through, within SettleTimeout, rather than given up after a few tries.
+func TestSettleRetriesThroughAnOutage(t *testing.T) {
+	fake := clock.NewFake(time.Unix(0, 0))
+	sub := newChanSub()
+	sub.ackErrs = 20
+	c, _ := NewConsumer(context.Background(), sub, ConsumerOptions{Clock: fake, SettleTimeout: time.Hour})
+	stop := runConsumer(t, c, func(context.Context, *Delivery) error { return nil })
+	sub.push("a", 0)
+	for sub.get("a") != "ack" {
+		// Both the settle retry and the idle receive may be waiting.
+		testutil.WaitFor(t, func() bool { return sub.get("a") == "ack" || fake.Waiters() >= 1 })
+		fake.Advance(settleBackoffMax)
+	}
+	if err := stop(); err != nil {
+		t.Fatal(err)
 	}
 }

@@ -54,6 +54,11 @@ type Config struct {
 	// MaxDeliveries bounds deliveries before dead-lettering (MaxDeliver,
 	// maxReceiveCount); zero means unlimited.
 	MaxDeliveries int
+	// Restartable asks for an entity on a backend the suite may stop and
+	// start again (Entity.Restart): a private server or emulator, never a
+	// shared one, with durable storage where the backend has it. Only the
+	// Restart check sets it.
+	Restartable bool
 }
 
 // DefaultConfig is the configuration Run asks for: windows and leases short
@@ -104,6 +109,10 @@ type Entity struct {
 	// backend dead-lettered so far, for the check that a permanent error
 	// dead-letters its message. Nil skips that part of the check.
 	DeadLetters func(ctx context.Context) ([]string, error)
+	// Restart, when set, takes down the backend this entity lives on; see
+	// Restarter. Harnesses set it only when Config.Restartable asked for
+	// it; nil skips the Restart check.
+	Restart *Restarter
 }
 
 // Harness connects the suite to one backend.
@@ -136,6 +145,7 @@ func Run(t *testing.T, h Harness) {
 		{"GroupOrdering", testGroupOrdering},
 		{"GracefulShutdown", testGracefulShutdown},
 		{"ReceiveHonoursContext", testReceiveHonoursContext},
+		{"Restart", testRestart},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) { tc.run(t, &suite{h: h, caps: caps}) })

@@ -3,6 +3,10 @@ package jetstream
 // The adapter conformance suite (adapters/adaptertest) against real NATS
 // servers: the embedded nats-server TestMain starts and the local server at
 // 127.0.0.1:4222 (skipped when unreachable outside CI, failed under CI).
+// The Restart check runs on neither: under "embedded" it gets a private
+// embedded server of its own, with file storage, which it shuts down and
+// starts again on the same port and store directory; under "local" it is
+// skipped, since the shared server is never restarted.
 
 import (
 	"context"
@@ -40,18 +44,24 @@ func (h harness) Capabilities() adaptertest.Capabilities {
 
 func (h harness) Open(ctx context.Context, t *testing.T, c adaptertest.Config) adaptertest.Entity {
 	t.Helper()
+	srv, storage := h.srv, jetstream.MemoryStorage
+	var restart *adaptertest.Restarter
+	if c.Restartable && h.srv.name == "embedded" {
+		p := startPrivate(ctx, t)
+		srv, storage, restart = p.server(), jetstream.FileStorage, p.restarter()
+	}
 	name := uniqueName("C")
 	cfg := Config{
 		Stream: name, Subject: "dedupq.conformance." + strings.ToLower(name), Durable: "conformance",
-		CreateStream: true, Storage: jetstream.MemoryStorage,
+		CreateStream: true, Storage: storage,
 		Duplicates: max(c.DedupWindow, 100*time.Millisecond), // the server's minimum
 		AckWait:    c.AckWait, MaxDeliver: c.MaxDeliveries,
 	}
 	if cfg.MaxDeliver <= 0 {
 		cfg.MaxDeliver = -1
 	}
-	deleteStreamAtCleanup(t, h.srv, name)
-	u, err := url.Parse(cfg.URL(h.srv.url))
+	deleteStreamAtCleanup(t, srv, name)
+	u, err := url.Parse(cfg.URL(srv.url))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -64,9 +74,9 @@ func (h harness) Open(ctx context.Context, t *testing.T, c adaptertest.Config) a
 		top.Close()
 		t.Fatalf("OpenSubscription(%s): %v", u, err)
 	}
-	terms := watchTerminated(t, connect(t, h.srv), cfg)
+	terms := watchTerminated(t, connect(t, srv), cfg)
 	return adaptertest.Entity{
-		Topic: top, Subscription: sub,
+		Topic: top, Subscription: sub, Restart: restart,
 		WaitOutWindow: func(ctx context.Context) error {
 			// The server forgets an ID when its purge timer fires, at the
 			// window's end; give that timer some slack.

@@ -24,11 +24,13 @@ func (e *noAnswerError) Unwrap() error { return e.err }
 // isRetryable is the classification shared by Topic and Subscription.
 //
 // True: no answer arrived (timeouts, a cancelled context, a dropped or
-// reconnecting connection, no responders, an unreadable reply) or the
-// client refused to queue for a moment (too many pending publishes, no
-// reconnect buffer). Also true for a JetStream API error with a 5xx or 408
-// code, which means "not now" (cluster without a leader, JetStream
-// temporarily unavailable).
+// reconnecting connection, no servers to reconnect to yet, no responders,
+// an unreadable reply), the client refused to queue for a moment (too many
+// pending publishes, no reconnect buffer), or the server ended a pull
+// because it is shutting down or its consumer changed leader: a restarting
+// server comes back, and the durable with it. Also true for a JetStream
+// API error with a 5xx or 408 code, which means "not now" (cluster without
+// a leader, JetStream temporarily unavailable).
 //
 // False: a JetStream API error with any other code (4xx: the stream
 // refused the message — wrong stream, too large, limits reached), and
@@ -58,7 +60,8 @@ func isRetryable(err error) bool {
 		nats.ErrStaleConnection, nats.ErrSlowConsumer, nats.ErrNoServers,
 		jetstream.ErrNoStreamResponse, jetstream.ErrAsyncPublishTimeout,
 		jetstream.ErrTooManyStalledMsgs, jetstream.ErrNoHeartbeat,
-		jetstream.ErrInvalidJSAck, io.EOF, io.ErrUnexpectedEOF,
+		jetstream.ErrInvalidJSAck, jetstream.ErrServerShutdown,
+		jetstream.ErrConsumerLeadershipChanged, io.EOF, io.ErrUnexpectedEOF,
 	} {
 		if errors.Is(err, target) {
 			return true

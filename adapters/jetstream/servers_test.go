@@ -12,7 +12,9 @@ import (
 	"encoding/hex"
 	"fmt"
 	"net"
+	neturl "net/url"
 	"os"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -21,6 +23,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/dedupq/dedupq/adapters/adaptertest"
 	"github.com/dedupq/dedupq/adapters/jetstream/embedded"
 )
 
@@ -81,6 +84,79 @@ func needServer(t testing.TB, srv server) {
 		t.Fatalf("the local NATS server at %s is unreachable under CI: %v (start it: see the machine's service list)", localAddr, localErr)
 	}
 	t.Skipf("the local NATS server at %s is unreachable (%v); skipping outside CI", localAddr, localErr)
+}
+
+// privateServer is an embedded server of one test's own, which the test
+// may shut down and start again: on the same port and store directory, as
+// a restarted nats-server would come back. The shared servers are never
+// restarted.
+type privateServer struct {
+	t    testing.TB
+	dir  string
+	port int
+	url  string
+
+	mu   sync.Mutex
+	stop func() // nil while the server is down
+}
+
+// startPrivate starts a private embedded server, stopped at cleanup.
+func startPrivate(ctx context.Context, t testing.TB) *privateServer {
+	t.Helper()
+	p := &privateServer{t: t, dir: t.TempDir()}
+	u, stop, err := embedded.Start(ctx, embedded.Options{Dir: p.dir})
+	if err != nil {
+		t.Fatalf("starting a private NATS server: %v", err)
+	}
+	pu, err := neturl.Parse(u)
+	if err != nil {
+		stop()
+		t.Fatal(err)
+	}
+	p.port, err = strconv.Atoi(pu.Port())
+	if err != nil {
+		stop()
+		t.Fatal(err)
+	}
+	p.url, p.stop = u, stop
+	t.Cleanup(func() { _ = p.shutdown(context.Background()) })
+	return p
+}
+
+func (p *privateServer) server() server { return server{"private", p.url} }
+
+// shutdown stops the server; its clients see their connection drop.
+func (p *privateServer) shutdown(context.Context) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.stop != nil {
+		p.stop()
+		p.stop = nil
+	}
+	return nil
+}
+
+// start starts the server again on its port and store directory.
+func (p *privateServer) start(ctx context.Context) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.stop != nil {
+		return nil
+	}
+	u, stop, err := embedded.Start(ctx, embedded.Options{Dir: p.dir, Port: p.port})
+	if err != nil {
+		return err
+	}
+	if u != p.url {
+		stop()
+		return fmt.Errorf("the restarted server listens at %s, not %s", u, p.url)
+	}
+	p.stop = stop
+	return nil
+}
+
+func (p *privateServer) restarter() *adaptertest.Restarter {
+	return &adaptertest.Restarter{Stop: p.shutdown, Start: p.start}
 }
 
 // forEachServer runs f as one subtest per server.

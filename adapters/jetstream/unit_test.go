@@ -8,7 +8,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -208,6 +210,13 @@ func TestIsRetryable(t *testing.T) {
 		{nats.ErrReconnectBufExceeded, true},
 		{nats.ErrConnectionReconnecting, true},
 		{jetstream.ErrNoHeartbeat, true},
+		// What a pull, a publish or an ack meets while the server restarts.
+		{fmt.Errorf("jetstream: fetch: %w", jetstream.ErrServerShutdown), true},
+		{jetstream.ErrConsumerLeadershipChanged, true},
+		{nats.ErrNoServers, true},
+		{&net.OpError{Op: "dial", Net: "tcp", Err: syscall.ECONNREFUSED}, true},
+		{&net.OpError{Op: "read", Net: "tcp", Err: syscall.ECONNRESET}, true},
+		{jetstream.ErrConsumerDeleted, false},
 		{io.EOF, true},
 		{&noAnswerError{nats.ErrConnectionClosed}, true},
 		{&jetstream.APIError{Code: 503, ErrorCode: 10008, Description: "JetStream system temporarily unavailable"}, true},

@@ -25,14 +25,30 @@ package pubsub_test
 //     are therefore only tested against the emulator.
 //   - pstest accepts ack deadlines and lease extensions below Pub/Sub's 10 s
 //     after SetMinAckDeadline; the emulator, like the service, does not.
+//
+// The Restart check runs under "pstest" on a pstest child of its own (the
+// shared one is never stopped), serving on a fixed port, which it kills
+// and starts again on that port. pstest keeps everything in memory: the
+// new child creates the same topics and subscriptions before it accepts a
+// connection (as Pub/Sub never loses a subscription to a restart), but has
+// no messages, so the check restarts only once everything published so
+// far was handled (Restarter.Forgets). What it proves is the outage: a
+// publisher retrying through it and a consumer waiting it out. Under
+// "emulator" the check is skipped: the Java emulator takes seconds to
+// start and loses its state the same way, so it would prove nothing more.
 
 import (
 	"context"
+	"encoding/json"
+	"fmt"
+	"strconv"
+	"sync"
 	"testing"
 	"time"
 
 	gpubsub "cloud.google.com/go/pubsub/v2"
 	pb "cloud.google.com/go/pubsub/v2/apiv1/pubsubpb"
+	"google.golang.org/protobuf/encoding/protojson"
 
 	"github.com/dedupq/dedupq/adapters/adaptertest"
 	dpubsub "github.com/dedupq/dedupq/adapters/pubsub"
@@ -137,6 +153,9 @@ func (harness) Capabilities() adaptertest.Capabilities {
 }
 
 func (h harness) Open(ctx context.Context, t *testing.T, cfg adaptertest.Config) adaptertest.Entity {
+	if cfg.Restartable && h.srv.name == "pstest" {
+		return openRestartable(ctx, t, cfg)
+	}
 	c := h.srv.client(t)
 	f := h.srv.create(ctx, t, c, subConfig{ackDeadline: cfg.AckWait, maxDeliveries: cfg.MaxDeliveries})
 	tp, err := dpubsub.OpenTopic(ctx, c, f.topic, h.srv.options())
@@ -172,4 +191,93 @@ func TestConformance(t *testing.T) {
 			adaptertest.Run(t, harness{srv: tc.srv(t)})
 		})
 	}
+}
+
+// openRestartable opens a topic and a subscription with a dead-letter
+// policy on a private pstest child that the Restart check may stop and
+// start again.
+func openRestartable(ctx context.Context, t *testing.T, cfg adaptertest.Config) adaptertest.Entity {
+	port, err := freePort()
+	if err != nil {
+		t.Fatal(err)
+	}
+	project := "projects/dedupq-test"
+	topic, dlt := project+"/topics/"+uniqueID("topic"), project+"/topics/"+uniqueID("dead")
+	subName := project + "/subscriptions/" + uniqueID("sub")
+	setup := pstestSetup{Topics: []string{topic, dlt}}
+	for _, sub := range []*pb.Subscription{
+		{Name: project + "/subscriptions/" + uniqueID("deadsub"), Topic: dlt, AckDeadlineSeconds: 10},
+		{
+			Name: subName, Topic: topic,
+			AckDeadlineSeconds: int32(max(cfg.AckWait, time.Second).Round(time.Second) / time.Second),
+			DeadLetterPolicy:   &pb.DeadLetterPolicy{DeadLetterTopic: dlt, MaxDeliveryAttempts: int32(max(cfg.MaxDeliveries, 5))},
+		},
+	} {
+		b, err := protojson.Marshal(sub)
+		if err != nil {
+			t.Fatal(err)
+		}
+		setup.Subscriptions = append(setup.Subscriptions, b)
+	}
+	spec, err := json.Marshal(setup)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &privatePstest{env: []string{childPortEnv + "=" + strconv.Itoa(port), childSetupEnv + "=" + string(spec)}}
+	if err := p.start(ctx); err != nil {
+		t.Fatalf("starting a private pstest: %v", err)
+	}
+	t.Cleanup(func() { _ = p.stop(context.Background()) })
+	srv := server{name: "private pstest", addr: p.addr, minAckDeadline: time.Second}
+	c := srv.client(t)
+	tp, err := dpubsub.OpenTopic(ctx, c, topic, srv.options())
+	if err != nil {
+		t.Fatalf("OpenTopic: %v", err)
+	}
+	sub, err := dpubsub.OpenSubscription(ctx, c, subName, srv.options())
+	if err != nil {
+		t.Fatalf("OpenSubscription: %v", err)
+	}
+	return adaptertest.Entity{Topic: tp, Subscription: sub, Restart: &adaptertest.Restarter{
+		Stop: p.stop, Start: p.start, Forgets: true,
+	}}
+}
+
+// privatePstest is a pstest child of one test's own, on a fixed port.
+type privatePstest struct {
+	env []string
+
+	mu   sync.Mutex
+	addr string
+	kill func() // nil while stopped
+}
+
+func (p *privatePstest) start(context.Context) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.kill != nil {
+		return nil
+	}
+	addr, stop, err := startPstestChild(p.env)
+	if err != nil {
+		return err
+	}
+	if p.addr != "" && addr != p.addr {
+		stop()
+		return fmt.Errorf("pstest came back at %s, not %s", addr, p.addr)
+	}
+	p.addr, p.kill = addr, stop
+	return nil
+}
+
+// stop ends the child (closing its standard input makes it exit), which
+// drops every connection to it.
+func (p *privatePstest) stop(context.Context) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.kill != nil {
+		p.kill()
+		p.kill = nil
+	}
+	return nil
 }

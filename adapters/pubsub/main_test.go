@@ -13,10 +13,14 @@ package pubsub_test
 // its StreamingPull send loop is marshalling), which `go test -race` would
 // pin on whichever of our tests was running. In the child they are logged
 // to a file instead, while the adapter under test stays race-checked here.
+// The Restart check starts children of its own the same way, serving on a
+// fixed port (through a small TCP forwarder to pstest) with their topics
+// and subscriptions made before the port opens.
 
 import (
 	"bufio"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -36,6 +40,7 @@ import (
 	"google.golang.org/api/option"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/protobuf/encoding/protojson"
 
 	dpubsub "github.com/dedupq/dedupq/adapters/pubsub"
 )
@@ -78,13 +83,92 @@ func servePstest() {
 	// suite's negative checks wait out the lease, so keep it short.
 	pstest.SetMinAckDeadline(time.Second)
 	srv := pstest.NewServer()
-	fmt.Println(srv.Addr)
+	addr := srv.Addr
+	if port := os.Getenv(childPortEnv); port != "" {
+		// A child that a restart test stops and starts again: its topics
+		// and subscriptions exist before it accepts a connection, on the
+		// same port each time.
+		if err := setupPstest(srv, os.Getenv(childSetupEnv)); err != nil {
+			fmt.Fprintln(os.Stderr, "pstest child: setup:", err)
+			os.Exit(1)
+		}
+		ln, err := net.Listen("tcp", "127.0.0.1:"+port)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "pstest child:", err)
+			os.Exit(1)
+		}
+		go proxy(ln, srv.Addr)
+		addr = ln.Addr().String()
+	}
+	fmt.Println(addr)
 	_, _ = io.Copy(io.Discard, os.Stdin)
 	srv.Close()
 }
 
+// The environment of a pstest child that serves on a given port
+// (childPortEnv) with topics and subscriptions made first (childSetupEnv,
+// a pstestSetup in JSON).
+const (
+	childPortEnv  = "DEDUPQ_PSTEST_PORT"
+	childSetupEnv = "DEDUPQ_PSTEST_SETUP"
+)
+
+// pstestSetup is what a child creates before it serves.
+type pstestSetup struct {
+	Topics        []string          `json:"topics"`
+	Subscriptions []json.RawMessage `json:"subscriptions"` // protojson pb.Subscription
+}
+
+func setupPstest(srv *pstest.Server, spec string) error {
+	var setup pstestSetup
+	if spec != "" {
+		if err := json.Unmarshal([]byte(spec), &setup); err != nil {
+			return err
+		}
+	}
+	ctx := context.Background()
+	for _, name := range setup.Topics {
+		if _, err := srv.GServer.CreateTopic(ctx, &pb.Topic{Name: name}); err != nil {
+			return err
+		}
+	}
+	for _, raw := range setup.Subscriptions {
+		var sub pb.Subscription
+		if err := protojson.Unmarshal(raw, &sub); err != nil {
+			return err
+		}
+		if _, err := srv.GServer.CreateSubscription(ctx, &sub); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// proxy forwards every connection ln accepts to addr, until ln closes.
+func proxy(ln net.Listener, addr string) {
+	for {
+		c, err := ln.Accept()
+		if err != nil {
+			return
+		}
+		go func() {
+			defer c.Close()
+			up, err := net.Dial("tcp", addr)
+			if err != nil {
+				return
+			}
+			defer up.Close()
+			go func() { _, _ = io.Copy(up, c); up.Close() }()
+			_, _ = io.Copy(c, up)
+		}()
+	}
+}
+
 // startPstest re-executes this test binary as a pstest server.
-func startPstest() (addr string, stop func(), err error) {
+func startPstest() (addr string, stop func(), err error) { return startPstestChild(nil) }
+
+// startPstestChild is startPstest with extra environment for the child.
+func startPstestChild(env []string) (addr string, stop func(), err error) {
 	exe, err := os.Executable()
 	if err != nil {
 		return "", nil, err
@@ -92,6 +176,7 @@ func startPstest() (addr string, stop func(), err error) {
 	cmd := exec.Command(exe)
 	cmd.Env = append(os.Environ(), childEnv+"=1",
 		"GORACE=exitcode=0 log_path="+filepath.Join(os.TempDir(), "dedupq-pstest-race"))
+	cmd.Env = append(cmd.Env, env...)
 	cmd.Stderr = os.Stderr
 	stdin, err := cmd.StdinPipe()
 	if err != nil {

@@ -10,14 +10,28 @@ package servicebus_test
 // what lets the "after the window" half of the dedup check run here.
 // Service Bus orders only within sessions, which this adapter does not
 // receive from, so the group ordering check is skipped.
+//
+// The Restart check runs on a double of its own (the shared one is never
+// stopped), which it stops and starts again on the same AMQP port, so that
+// the SDK's connection drops and must be made again. The double keeps
+// everything in memory: it comes back with the queue re-created from the
+// same properties before it accepts a connection (as Service Bus never
+// loses an entity), but with no messages and no dedup history, so the
+// check restarts only once everything published so far was handled
+// (Restarter.Forgets). What it proves here is the outage — a publisher
+// retrying through it and a consumer waiting it out — not that Service Bus
+// keeps stored messages across a restart.
 
 import (
 	"context"
+	"fmt"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/dedupq/dedupq/adapters/adaptertest"
 	"github.com/dedupq/dedupq/adapters/servicebus"
+	servicebusdouble "github.com/dedupq/dedupq/localstack/servicebus-double"
 )
 
 type harness struct{}
@@ -28,6 +42,11 @@ func (harness) Capabilities() adaptertest.Capabilities {
 
 func (harness) Open(ctx context.Context, t *testing.T, cfg adaptertest.Config) adaptertest.Entity {
 	d := needDouble(t)
+	var private *privateDouble
+	if cfg.Restartable {
+		private = startPrivateDouble(t)
+		d = private.current()
+	}
 	a := newFakeAdmin()
 	maxDeliveries := cfg.MaxDeliveries
 	if maxDeliveries <= 0 {
@@ -45,8 +64,13 @@ func (harness) Open(ctx context.Context, t *testing.T, cfg adaptertest.Config) a
 	q := newQueue(t, d, a, p)
 	c := newClient(t, d)
 	tp, sub := openPair(t, c, q, &servicebus.Options{Admin: a})
+	var restart *adaptertest.Restarter
+	if private != nil {
+		private.queues = map[string]servicebusdouble.QueueConfig{q: queueConfig(p)}
+		restart = &adaptertest.Restarter{Stop: private.stop, Start: private.start, Forgets: true}
+	}
 	return adaptertest.Entity{
-		Topic: tp, Subscription: sub,
+		Topic: tp, Subscription: sub, Restart: restart,
 		WaitOutWindow: func(ctx context.Context) error {
 			timer := time.NewTimer(cfg.DedupWindow + 100*time.Millisecond)
 			defer timer.Stop()
@@ -58,6 +82,9 @@ func (harness) Open(ctx context.Context, t *testing.T, cfg adaptertest.Config) a
 			}
 		},
 		DeadLetters: func(ctx context.Context) ([]string, error) {
+			if private != nil {
+				d = private.current()
+			}
 			dl, err := d.DeadLetters(ctx, q)
 			if err != nil {
 				return nil, err
@@ -74,4 +101,60 @@ func (harness) Open(ctx context.Context, t *testing.T, cfg adaptertest.Config) a
 func TestConformance(t *testing.T) {
 	needDouble(t)
 	adaptertest.Run(t, harness{})
+}
+
+// privateDouble is a double of one test's own, which the test may stop and
+// start again on the same AMQP port; it is stopped at cleanup.
+type privateDouble struct {
+	port   int
+	queues map[string]servicebusdouble.QueueConfig // created at each start
+
+	mu sync.Mutex
+	d  *servicebusdouble.Double // the last one started
+	up bool
+}
+
+func startPrivateDouble(t *testing.T) *privateDouble {
+	t.Helper()
+	d, err := servicebusdouble.StartWith(servicebusdouble.Options{})
+	if err != nil {
+		t.Fatalf("starting a private servicebus double: %v", err)
+	}
+	p := &privateDouble{port: d.Port, d: d, up: true}
+	t.Cleanup(func() { _ = p.stop(context.Background()) })
+	return p
+}
+
+// current is the running double (its control port changes on a restart).
+func (p *privateDouble) current() *servicebusdouble.Double {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.d
+}
+
+func (p *privateDouble) stop(context.Context) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if !p.up {
+		return nil
+	}
+	p.up = false
+	return p.d.Stop()
+}
+
+func (p *privateDouble) start(context.Context) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.up {
+		return nil
+	}
+	d, err := servicebusdouble.StartWith(servicebusdouble.Options{Port: p.port, Queues: p.queues})
+	if err != nil {
+		return err
+	}
+	p.d, p.up = d, true
+	if d.Port != p.port {
+		return fmt.Errorf("the double came back on port %d, not %d", d.Port, p.port)
+	}
+	return nil
 }

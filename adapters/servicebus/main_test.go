@@ -109,13 +109,7 @@ var queueSeq atomic.Int64
 func newQueue(t testing.TB, d *servicebusdouble.Double, a *fakeAdmin, p servicebus.EntityProperties) string {
 	t.Helper()
 	name := fmt.Sprintf("q%d-%x", queueSeq.Add(1), time.Now().UnixNano()&0xffffff)
-	err := d.CreateQueue(context.Background(), name, servicebusdouble.QueueConfig{
-		RequiresDuplicateDetection: p.RequiresDuplicateDetection,
-		DuplicateDetectionWindow:   p.DuplicateDetectionWindow,
-		LockDuration:               p.LockDuration,
-		MaxDeliveryCount:           p.MaxDeliveryCount,
-		MaxMessageBytes:            p.MaxMessageBytes,
-	})
+	err := d.CreateQueue(context.Background(), name, queueConfig(p))
 	if err != nil {
 		t.Fatalf("creating queue %s on the double: %v", name, err)
 	}
@@ -124,12 +118,22 @@ func newQueue(t testing.TB, d *servicebusdouble.Double, a *fakeAdmin, p serviceb
 	return name
 }
 
-// newClient connects the SDK to the double with its retries off, as the
-// URL opener does.
+// queueConfig is what the double is told of a queue with properties p.
+func queueConfig(p servicebus.EntityProperties) servicebusdouble.QueueConfig {
+	return servicebusdouble.QueueConfig{
+		RequiresDuplicateDetection: p.RequiresDuplicateDetection,
+		DuplicateDetectionWindow:   p.DuplicateDetectionWindow,
+		LockDuration:               p.LockDuration,
+		MaxDeliveryCount:           p.MaxDeliveryCount,
+		MaxMessageBytes:            p.MaxMessageBytes,
+	}
+}
+
+// newClient connects the SDK to the double with the options the URL opener
+// uses (one SDK retry, which is what recovers a lost connection).
 func newClient(t testing.TB, d *servicebusdouble.Double) *azservicebus.Client {
 	t.Helper()
-	c, err := azservicebus.NewClientFromConnectionString(d.ConnectionString(),
-		&azservicebus.ClientOptions{RetryOptions: azservicebus.RetryOptions{MaxRetries: -1}})
+	c, err := azservicebus.NewClientFromConnectionString(d.ConnectionString(), servicebus.ClientOptions())
 	if err != nil {
 		t.Fatalf("NewClientFromConnectionString: %v", err)
 	}

@@ -177,9 +177,10 @@ func (t *Topic) Window(ctx context.Context) (window.Window, error) {
 	return windowOf(t.entity, p, t.opts.Stated != nil), nil
 }
 
-// HiddenRetrySpan is zero: the clients the URL opener makes have the SDK's
-// retries turned off (RetryOptions.MaxRetries -1), and a Sender passed to
-// OpenTopic should be made the same way, or bounded by the context.
+// HiddenRetrySpan is zero: the clients the URL opener makes
+// (ClientOptions) let the SDK retry once, to recover a lost connection,
+// within the call's context, and a Sender passed to OpenTopic should be
+// made the same way, or at least bounded by the context.
 func (t *Topic) HiddenRetrySpan() time.Duration { return 0 }
 
 // TooLargeError is a message Service Bus cannot take at its size: the

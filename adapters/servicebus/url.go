@@ -60,10 +60,8 @@ func init() { dedupq.Register(Scheme, &URLOpener{}) }
 // connection string needs window. A missing or malformed parameter is
 // reported as a *dedupq.ParamError.
 type URLOpener struct {
-	// ClientOptions are passed to the SDK client. Nil means the SDK's
-	// retries are turned off (MaxRetries -1), because the Publisher and
-	// Consumer own the retry budget; options given here are used as they
-	// are.
+	// ClientOptions are passed to the SDK client. Nil means
+	// ClientOptions(); options given here are used as they are.
 	ClientOptions *azservicebus.ClientOptions
 }
 
@@ -235,7 +233,7 @@ func (o *URLOpener) connect(u *url.URL) (URLConfig, *azservicebus.Client, error)
 	}
 	opts := o.ClientOptions
 	if opts == nil {
-		opts = &azservicebus.ClientOptions{RetryOptions: azservicebus.RetryOptions{MaxRetries: -1}}
+		opts = ClientOptions()
 	}
 	client, err := azservicebus.NewClientFromConnectionString(cs, opts)
 	if err != nil {
@@ -322,4 +320,21 @@ type ownedReceiver struct {
 
 func (r *ownedReceiver) Close(ctx context.Context) error {
 	return errors.Join(r.Receiver.Close(ctx), r.client.Close(ctx))
+}
+
+// ClientOptions are the SDK client options the URL opener uses: one SDK
+// retry, after a short delay, and no more. The Publisher and Consumer own
+// the retry budget, but the SDK re-dials a lost connection and re-attaches
+// a detached link only between the attempts of one call: with no retry at
+// all (MaxRetries -1), a Sender or Receiver whose connection dropped (a
+// broker restart, a network cut) fails every later call with the same
+// connection-lost error and never recovers. The one retry runs inside the
+// call's context, so it adds no time beyond the attempt's deadline; it may
+// resend a message with the same MessageId, which duplicate detection
+// drops within the window. Clients made for OpenTopic and OpenSubscription
+// should use these options too.
+func ClientOptions() *azservicebus.ClientOptions {
+	return &azservicebus.ClientOptions{RetryOptions: azservicebus.RetryOptions{
+		MaxRetries: 1, RetryDelay: 100 * time.Millisecond, MaxRetryDelay: time.Second,
+	}}
 }

@@ -26,6 +26,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"runtime"
+	"strconv"
 	"time"
 
 	"github.com/dedupq/dedupq/localstack/internal/nodeproc"
@@ -73,9 +74,31 @@ func Start() (*Emulator, error) {
 		}
 		return &Emulator{Endpoint: ep}, nil
 	}
+	return StartWith(Options{})
+}
+
+// Options are for an emulator of the caller's own (StartWith).
+type Options struct {
+	// Port is the port to listen on; 0 picks a free one.
+	Port int
+	// Init is the path of a fauxqs init file (JSON: {"queues": [{"name":
+	// …, "attributes": {…}}]}) whose queues exist before the emulator
+	// answers its first request. fauxqs keeps everything in memory, so a
+	// test that restarts it passes the queues it must find again.
+	Init string
+}
+
+// StartWith starts a fauxqs of the caller's own, whatever EnvEndpoint
+// says: tests that stop the emulator and start it again on the same port
+// use it.
+func StartWith(o Options) (*Emulator, error) {
+	env := []string{"FAUXQS_PORT=" + strconv.Itoa(o.Port)}
+	if o.Init != "" {
+		env = append(env, "FAUXQS_INIT="+o.Init)
+	}
 	proc, ports, err := nodeproc.Start(nodeproc.Spec{
 		Name: "fauxqs", Dir: dir(), Script: "start.mjs", Module: "fauxqs",
-		Env: []string{"FAUXQS_PORT=0"}, Ready: regexp.MustCompile(`listening on port (\d+)`),
+		Env: env, Ready: regexp.MustCompile(`listening on port (\d+)`),
 	})
 	if err != nil {
 		return nil, err

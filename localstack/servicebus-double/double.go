@@ -75,7 +75,30 @@ func dir() string {
 // Start starts the double on free ports, installing it from
 // package-lock.json first if needed, or returns why it cannot (wrapping
 // ErrUnavailable when node or npm is missing).
-func Start() (*Double, error) {
+func Start() (*Double, error) { return StartWith(Options{}) }
+
+// Options are for StartWith.
+type Options struct {
+	// Port is the AMQP port; 0 picks a free one. The control port is
+	// always a free one.
+	Port int
+	// Queues are created before the double accepts a connection. The
+	// double keeps everything in memory, so a test that stops it and
+	// starts it again on the same port passes the queues it must find.
+	Queues map[string]QueueConfig
+}
+
+// StartWith starts the double with options: tests that restart it where
+// the SDK reconnects use it.
+func StartWith(o Options) (*Double, error) {
+	queues := make(map[string]any, len(o.Queues))
+	for name, cfg := range o.Queues {
+		queues[name] = queueBody(cfg)
+	}
+	entities, err := json.Marshal(queues)
+	if err != nil {
+		return nil, err
+	}
 	var stderr io.Writer
 	if os.Getenv("DOUBLE_DEBUG") != "" {
 		// DOUBLE_DEBUG makes start.mjs report its own errors; show them.
@@ -83,7 +106,7 @@ func Start() (*Double, error) {
 	}
 	proc, ports, err := nodeproc.Start(nodeproc.Spec{
 		Name: "the servicebus double", Dir: dir(), Script: "start.mjs", Module: "rhea",
-		Env: []string{"DOUBLE_PORT=0"}, Stderr: stderr,
+		Env: []string{"DOUBLE_PORT=" + strconv.Itoa(o.Port), "DOUBLE_ENTITIES=" + string(entities)}, Stderr: stderr,
 		Ready: regexp.MustCompile(`listening on port (\d+) control port (\d+)`),
 	})
 	if err != nil {
@@ -104,6 +127,11 @@ func (d *Double) ConnectionString() string {
 
 // CreateQueue creates (or replaces) a queue.
 func (d *Double) CreateQueue(ctx context.Context, name string, cfg QueueConfig) error {
+	return d.call(ctx, http.MethodPut, "/entities/"+url.PathEscape(name), queueBody(cfg), nil)
+}
+
+// queueBody is cfg as the double's control API takes it.
+func queueBody(cfg QueueConfig) map[string]any {
 	body := map[string]any{"requiresDuplicateDetection": cfg.RequiresDuplicateDetection}
 	if cfg.DuplicateDetectionWindow > 0 {
 		body["duplicateDetectionMs"] = cfg.DuplicateDetectionWindow.Milliseconds()
@@ -117,7 +145,7 @@ func (d *Double) CreateQueue(ctx context.Context, name string, cfg QueueConfig) 
 	if cfg.MaxMessageBytes > 0 {
 		body["maxMessageBytes"] = cfg.MaxMessageBytes
 	}
-	return d.call(ctx, http.MethodPut, "/entities/"+url.PathEscape(name), body, nil)
+	return body
 }
 
 // DeleteQueue deletes a queue; its locked and waiting messages are gone.

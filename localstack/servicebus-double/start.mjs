@@ -8,7 +8,8 @@
 // accepts connections; it stops when its standard input closes, so a test
 // process that dies cannot leave it running.
 //
-// Entities are created over HTTP on the control port, never implicitly:
+// Entities are created over HTTP on the control port (or at start, from
+// DOUBLE_ENTITIES, see below), never implicitly:
 //
 //	PUT /entities/NAME  {"duplicateDetectionMs":600000,"requiresDuplicateDetection":true,
 //	                      "lockMs":1000,"maxDeliveryCount":5,"maxMessageBytes":262144}
@@ -453,6 +454,14 @@ const control = http.createServer((req, res) => {
     return send(405, { error: "method not allowed" });
   });
 });
+
+// DOUBLE_ENTITIES, a JSON object {"NAME": {…the PUT body…}}, creates
+// entities before the double listens: it keeps everything in memory, and a
+// test that restarts it must find its queues again, as Service Bus never
+// loses an entity to a restart.
+for (const [name, cfg] of Object.entries(JSON.parse(process.env.DOUBLE_ENTITIES || "{}"))) {
+  entities.set(name.toLowerCase(), newEntity(name, cfg));
+}
 
 const port = Number.parseInt(process.env.DOUBLE_PORT ?? "0", 10);
 const server = container.listen({ port, host: "127.0.0.1" });
