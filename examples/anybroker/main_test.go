@@ -5,7 +5,11 @@ package main
 // NATS server at 127.0.0.1:4222, and on an SQS FIFO queue in the fauxqs
 // emulator (localstack/fauxqs) started, and installed from its lockfile if
 // needed, by the test. The local server, and fauxqs when node or npm is
-// missing, are skipped outside CI and fail the test under CI.
+// missing, are skipped outside CI and fail the test under CI. Each run's
+// output is checked: every effect once where both startup checks pass (the
+// default URL among them), the fallback where they refuse, and a second
+// run within the window reporting every send as a duplicate the broker
+// already stored, without waiting for deliveries.
 
 import (
 	"context"
@@ -14,6 +18,7 @@ import (
 	"errors"
 	"net"
 	"os"
+	"strings"
 	"testing"
 	"time"
 
@@ -81,6 +86,30 @@ func sqsQueue(t *testing.T, name string) string {
 	return "sqs://" + name + ".fifo?region=us-east-1&endpoint=" + emu.Endpoint
 }
 
+// wantOnce fails unless the run's output shows every order's effect
+// running exactly once.
+func wantOnce(t *testing.T, out string) {
+	t.Helper()
+	for _, id := range []string{"order-1", "order-2", "order-3"} {
+		if want := "effect of " + id + " ran 1 time(s)\n"; !strings.Contains(out, want) {
+			t.Errorf("the output lacks %q:\n%s", want, out)
+		}
+	}
+}
+
+// wantAllDuplicates fails unless the run's output shows every send
+// reported as a duplicate the broker already stored, and nothing waited
+// for.
+func wantAllDuplicates(t *testing.T, out string) {
+	t.Helper()
+	if n := strings.Count(out, ": duplicate (already stored)"); n != 4 {
+		t.Errorf("%d sends reported as duplicates, want all 4:\n%s", n, out)
+	}
+	if !strings.Contains(out, "nothing new was stored, so nothing to consume") {
+		t.Errorf("a run that stored nothing did not say so:\n%s", out)
+	}
+}
+
 func TestRunOnEveryBroker(t *testing.T) {
 	suffix := make([]byte, 4)
 	_, _ = rand.Read(suffix)
@@ -90,12 +119,33 @@ func TestRunOnEveryBroker(t *testing.T) {
 		url   string
 		local bool
 		url2  func(t *testing.T) string // when set, makes the URL
+		again bool                      // run a second time, within the window
+		check func(t *testing.T, out string)
 	}{
-		{"mem defaults", "mem://example-" + id, false, nil},
-		{"mem with window", "mem://example-w-" + id + "?window=2m&maxdeliveries=5", false, nil},
-		{"jetstream embedded", "jetstream://embedded/EX" + id + "?subject=ex" + id + "&durable=example&create=true&maxdeliver=5&storage=memory", false, nil},
-		{"jetstream local", "jetstream://127.0.0.1:4222/EX" + id + "?subject=ex" + id + "&durable=example&create=true&maxdeliver=5&storage=memory", true, nil},
-		{"sqs fauxqs", "", false, func(t *testing.T) string { return sqsQueue(t, "example-"+id) }},
+		// The first run of a newcomer: no URL. Both checks pass and every
+		// effect runs once; the refusal is a step of its own.
+		{"default", "", false, nil, false, func(t *testing.T, out string) {
+			wantOnce(t, out)
+			if !strings.Contains(out, "1. startup check refused retries for") {
+				t.Errorf("the refusal step is missing:\n%s", out)
+			}
+			if strings.Contains(out, "->") {
+				t.Errorf("the default run fell back from a refused check:\n%s", out)
+			}
+		}},
+		// No window, unbounded redelivery: both checks refuse and the
+		// program falls back, saying so.
+		{"mem without window", "mem://example-" + id, false, nil, false, func(t *testing.T, out string) {
+			for _, want := range []string{"2. consumer check refused the dedup guard", "3. publisher check refused the default retries", "-> publishing without retries"} {
+				if !strings.Contains(out, want) {
+					t.Errorf("the output lacks %q:\n%s", want, out)
+				}
+			}
+		}},
+		{"mem with window", "mem://example-w-" + id + "?window=2m&maxdeliveries=5", false, nil, true, wantOnce},
+		{"jetstream embedded", "jetstream://embedded/EX" + id + "?subject=ex" + id + "&durable=example&create=true&maxdeliver=5&storage=memory", false, nil, false, wantOnce},
+		{"jetstream local", "jetstream://127.0.0.1:4222/EX" + id + "?subject=ex" + id + "&durable=example&create=true&maxdeliver=5&storage=memory", true, nil, true, wantOnce},
+		{"sqs fauxqs", "", false, func(t *testing.T) string { return sqsQueue(t, "example-"+id) }, false, wantOnce},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -117,9 +167,24 @@ func TestRunOnEveryBroker(t *testing.T) {
 			}
 			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 			defer cancel()
-			if err := run(ctx, url); err != nil {
-				t.Fatalf("run(%s): %v", url, err)
+			var out strings.Builder
+			if err := run(ctx, &out, url); err != nil {
+				t.Fatalf("run(%s): %v\n%s", url, err, out.String())
 			}
+			t.Log("\n" + out.String())
+			tc.check(t, out.String())
+			if !tc.again {
+				return
+			}
+			// A second run within the window: the broker drops every send,
+			// and the run must say so and not wait for deliveries that
+			// will not come.
+			out.Reset()
+			if err := run(ctx, &out, url); err != nil {
+				t.Fatalf("second run(%s): %v\n%s", url, err, out.String())
+			}
+			t.Log("\n" + out.String())
+			wantAllDuplicates(t, out.String())
 		})
 	}
 }
