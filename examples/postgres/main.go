@@ -8,7 +8,7 @@
 // effects outside the database.
 //
 // It needs PostgreSQL at 127.0.0.1:5432 (database test, trust auth). The
-// broker is the in-memory one, set to deliver messages twice at random,
+// broker is the in-memory one, set to deliver every message twice,
 // so that no other service is needed.
 package main
 
@@ -34,30 +34,28 @@ func main() {
 		log.Fatal(err)
 	}
 	defer pool.Close()
-	if err := run(ctx, pool, "payments", "charges", pgstore.DefaultTable); err != nil {
+	if err := run(ctx, pool, "payments"); err != nil {
 		log.Fatal(err)
 	}
 }
 
-// run consumes the mem:// queue named queue, writing charges to the table
-// charges and dedup records to dedupTable.
-func run(ctx context.Context, pool *pgxpool.Pool, queue, charges, dedupTable string) error {
+// run consumes the mem:// queue named queue.
+func run(ctx context.Context, pool *pgxpool.Pool, queue string) error {
 	// The dedup table (pgstore.Migration has the SQL for your migrations)
 	// and the table the handler writes its effect to.
-	if err := pgstore.EnsureSchema(ctx, pool, dedupTable); err != nil {
+	if err := pgstore.EnsureSchema(ctx, pool, pgstore.DefaultTable); err != nil {
 		return err
 	}
-	table := pgx.Identifier{charges}.Sanitize()
-	if _, err := pool.Exec(ctx, `CREATE TABLE IF NOT EXISTS `+table+` (order_id text NOT NULL, amount int NOT NULL)`); err != nil {
+	if _, err := pool.Exec(ctx, `CREATE TABLE IF NOT EXISTS charges (order_id text NOT NULL, amount int NOT NULL)`); err != nil {
 		return err
 	}
-	store, err := pgstore.New(pool, pgstore.Options{Table: dedupTable})
+	store, err := pgstore.New(pool, pgstore.Options{})
 	if err != nil {
 		return err
 	}
 
-	// 1. Orders go through a queue that delivers about half of them twice.
-	queueURL := "mem://" + queue + "?window=2m&ackwait=10s&maxdeliveries=5&dupdelivery=0.5&seed=1"
+	// 1. Orders go through a queue that delivers every message twice, at once.
+	queueURL := "mem://" + queue + "?window=2m&ackwait=10s&maxdeliveries=5&dupdelivery=1"
 	pub, err := dedupq.OpenPublisher(ctx, queueURL, dedupq.PublisherOptions{})
 	if err != nil {
 		return err
@@ -81,16 +79,16 @@ func run(ctx context.Context, pool *pgxpool.Pool, queue, charges, dedupTable str
 		return err
 	}
 	defer con.Close()
+	charge := func(ctx context.Context, d *dedupq.Delivery) error {
+		tx := pgstore.Tx(ctx) // never commit or roll it back here
+		_, err := tx.Exec(ctx, `INSERT INTO charges (order_id, amount) VALUES ($1, $2)`, d.Message.ID, string(d.Message.Body))
+		return err // an error rolls the charge back with the record, and nacks
+	}
+
 	runCtx, stop := context.WithCancel(ctx)
 	defer stop()
 	done := make(chan error, 1)
-	go func() {
-		done <- con.Run(runCtx, func(ctx context.Context, d *dedupq.Delivery) error {
-			tx := pgstore.Tx(ctx) // never commit or roll it back here
-			_, err := tx.Exec(ctx, `INSERT INTO `+table+` (order_id, amount) VALUES ($1, $2)`, d.Message.ID, string(d.Message.Body))
-			return err // an error rolls the charge back with the record, and nacks
-		})
-	}()
+	go func() { done <- con.Run(runCtx, charge) }()
 	if err := drained(ctx, mem.URLBroker(queue), queue); err != nil {
 		return err
 	}
@@ -106,7 +104,7 @@ func run(ctx context.Context, pool *pgxpool.Pool, queue, charges, dedupTable str
 	// first one's result.
 	for range 2 {
 		out, err := store.Do(ctx, "refund-order-1", "amount=10", 24*time.Hour, func(ctx context.Context, tx pgx.Tx) ([]byte, error) {
-			_, err := tx.Exec(ctx, `INSERT INTO `+table+` (order_id, amount) VALUES ('order-1', -10)`)
+			_, err := tx.Exec(ctx, `INSERT INTO charges (order_id, amount) VALUES ('order-1', -10)`)
 			return []byte("refund #1"), err
 		})
 		if err != nil {
@@ -132,7 +130,7 @@ func run(ctx context.Context, pool *pgxpool.Pool, queue, charges, dedupTable str
 		}
 	}
 
-	rows, err := pool.Query(ctx, `SELECT order_id, count(*), sum(amount) FROM `+table+` GROUP BY order_id ORDER BY order_id`)
+	rows, err := pool.Query(ctx, `SELECT order_id, count(*), sum(amount) FROM charges GROUP BY order_id ORDER BY order_id`)
 	if err != nil {
 		return err
 	}

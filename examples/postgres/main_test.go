@@ -1,8 +1,9 @@
 package main
 
 // Runs the program against the local PostgreSQL (127.0.0.1:5432, database
-// test) with its own tables, dropped afterwards, and checks what it wrote:
-// one charge per order although the in-memory broker delivered some twice,
+// test) in a schema of its own, first on the search path and dropped
+// afterwards, and checks what it wrote:
+// one charge per order although the in-memory broker delivered each twice,
 // one refund although it was asked for twice. Skipped outside CI when
 // PostgreSQL is unreachable; failed under CI.
 
@@ -15,6 +16,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/dedupq/dedupq/adapters/mem"
+	"github.com/dedupq/dedupq/dedup/pgstore"
 	"github.com/dedupq/dedupq/examples/internal/need"
 )
 
@@ -22,30 +24,36 @@ func TestRun(t *testing.T) {
 	need.Service(t, "PostgreSQL", "127.0.0.1:5432")
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	pool, err := pgxpool.New(ctx, "postgres://postgres@127.0.0.1:5432/test")
+	id := need.Suffix()
+	queue, schema := "payments-"+id, "example_"+id
+	cfg, err := pgxpool.ParseConfig("postgres://postgres@127.0.0.1:5432/test")
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(pool.Close) // after the tables are dropped
-	id := need.Suffix()
-	queue, charges, keys := "payments-"+id, "charges_"+id, "dedup_"+id
+	cfg.ConnConfig.RuntimeParams["search_path"] = schema
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close) // after the schema is dropped
+	if _, err := pool.Exec(ctx, `CREATE SCHEMA `+schema); err != nil {
+		t.Fatal(err)
+	}
 	t.Cleanup(func() {
-		for _, table := range []string{charges, keys} {
-			if _, err := pool.Exec(context.Background(), `DROP TABLE IF EXISTS `+pgx.Identifier{table}.Sanitize()); err != nil {
-				t.Logf("dropping %s: %v", table, err)
-			}
+		if _, err := pool.Exec(context.Background(), `DROP SCHEMA `+schema+` CASCADE`); err != nil {
+			t.Logf("dropping schema %s: %v", schema, err)
 		}
 	})
 
-	if err := run(ctx, pool, queue, charges, keys); err != nil {
+	if err := run(ctx, pool, queue); err != nil {
 		t.Fatalf("run: %v", err)
 	}
 
 	s := mem.URLBroker(queue).Stats(queue)
-	if s.Deliveries <= s.Published {
-		t.Errorf("the broker delivered %d messages %d times: no duplicate delivery was tested", s.Published, s.Deliveries)
+	if s.Published != 4 || s.Deliveries < 2*s.Published {
+		t.Errorf("the broker delivered %d messages %d times, want 4 messages each twice", s.Published, s.Deliveries)
 	}
-	rows, err := pool.Query(ctx, `SELECT order_id, amount FROM `+pgx.Identifier{charges}.Sanitize()+` ORDER BY order_id, amount`)
+	rows, err := pool.Query(ctx, `SELECT order_id, amount FROM charges ORDER BY order_id, amount`)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -68,7 +76,7 @@ func TestRun(t *testing.T) {
 	}
 	// The Guard recorded the receipt as sent, with the charges and the refund.
 	var n int
-	err = pool.QueryRow(ctx, `SELECT count(*) FROM `+pgx.Identifier{keys}.Sanitize()+` WHERE completed`).Scan(&n)
+	err = pool.QueryRow(ctx, `SELECT count(*) FROM `+pgstore.DefaultTable+` WHERE completed`).Scan(&n)
 	if err != nil {
 		t.Fatal(err)
 	}
