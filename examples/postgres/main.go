@@ -53,6 +53,17 @@ func run(ctx context.Context, pool *pgxpool.Pool, queue string) error {
 	if err != nil {
 		return err
 	}
+	// The TxGuard gives the handler a transaction that commits with the
+	// message's dedup record.
+	guard, err := pgstore.NewTxGuard(store, pgstore.TxGuardOptions{TTL: 24 * time.Hour})
+	if err != nil {
+		return err
+	}
+	charge := func(ctx context.Context, d *dedupq.Delivery) error {
+		tx := pgstore.Tx(ctx) // never commit or roll it back here
+		_, err := tx.Exec(ctx, `INSERT INTO charges (order_id, amount) VALUES ($1, $2)`, d.Message.ID, string(d.Message.Body))
+		return err // an error rolls the charge back with the record, and nacks
+	}
 
 	// 1. Orders go through a queue that delivers every message twice, at once.
 	queueURL := "mem://" + queue + "?window=2m&ackwait=10s&maxdeliveries=5&dupdelivery=1"
@@ -68,23 +79,13 @@ func run(ctx context.Context, pool *pgxpool.Pool, queue string) error {
 		}
 	}
 
-	// 2. The TxGuard gives the handler a transaction that commits with the
-	// message's dedup record.
-	guard, err := pgstore.NewTxGuard(store, pgstore.TxGuardOptions{TTL: 24 * time.Hour})
-	if err != nil {
-		return err
-	}
+	// 2. Consume through the TxGuard: each order is charged once,
+	// however often it is delivered.
 	con, err := dedupq.OpenConsumer(ctx, queueURL, dedupq.ConsumerOptions{Dedup: guard, Concurrency: 4})
 	if err != nil {
 		return err
 	}
 	defer con.Close()
-	charge := func(ctx context.Context, d *dedupq.Delivery) error {
-		tx := pgstore.Tx(ctx) // never commit or roll it back here
-		_, err := tx.Exec(ctx, `INSERT INTO charges (order_id, amount) VALUES ($1, $2)`, d.Message.ID, string(d.Message.Body))
-		return err // an error rolls the charge back with the record, and nacks
-	}
-
 	runCtx, stop := context.WithCancel(ctx)
 	defer stop()
 	done := make(chan error, 1)
