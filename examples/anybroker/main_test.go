@@ -15,21 +15,16 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
-	"errors"
 	"net"
 	"os"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/aws/aws-sdk-go-v2/aws"
-	"github.com/aws/aws-sdk-go-v2/credentials"
-	awssqs "github.com/aws/aws-sdk-go-v2/service/sqs"
-	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/dedupq/dedupq/localstack/fauxqs"
+	"github.com/dedupq/dedupq/examples/internal/need"
 )
 
 // deleteStream removes the example's stream from the shared local server.
@@ -46,44 +41,6 @@ func deleteStream(server, name string) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	_ = js.DeleteStream(ctx, name)
-}
-
-// sqsQueue starts fauxqs and creates a FIFO queue with a dead-letter
-// queue (so the redelivery span is bounded), returning the sqs:// URL.
-func sqsQueue(t *testing.T, name string) string {
-	t.Helper()
-	emu, err := fauxqs.Start()
-	switch {
-	case err == nil:
-		t.Cleanup(func() { _ = emu.Stop() })
-	case os.Getenv("CI") != "":
-		t.Fatalf("fauxqs cannot run under CI: %v", err)
-	case !errors.Is(err, fauxqs.ErrUnavailable):
-		t.Fatalf("starting fauxqs: %v", err)
-	default:
-		t.Skipf("fauxqs cannot run here (%v); skipping outside CI", err)
-	}
-	t.Setenv("AWS_ACCESS_KEY_ID", "test")
-	t.Setenv("AWS_SECRET_ACCESS_KEY", "test")
-	t.Setenv("AWS_EC2_METADATA_DISABLED", "true")
-	c := awssqs.New(awssqs.Options{Region: "us-east-1", BaseEndpoint: aws.String(emu.Endpoint),
-		Credentials: credentials.NewStaticCredentialsProvider("test", "test", "")})
-	ctx := t.Context()
-	dlq, err := c.CreateQueue(ctx, &awssqs.CreateQueueInput{QueueName: aws.String(name + "-dlq.fifo"), Attributes: map[string]string{"FifoQueue": "true"}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	arn, err := c.GetQueueAttributes(ctx, &awssqs.GetQueueAttributesInput{QueueUrl: dlq.QueueUrl, AttributeNames: []types.QueueAttributeName{types.QueueAttributeNameQueueArn}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	redrive := `{"deadLetterTargetArn":"` + arn.Attributes["QueueArn"] + `","maxReceiveCount":5}`
-	_, err = c.CreateQueue(ctx, &awssqs.CreateQueueInput{QueueName: aws.String(name + ".fifo"),
-		Attributes: map[string]string{"FifoQueue": "true", "VisibilityTimeout": "5", "RedrivePolicy": redrive}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return "sqs://" + name + ".fifo?region=us-east-1&endpoint=" + emu.Endpoint
 }
 
 // wantOnce fails unless the run's output shows every order's effect
@@ -145,7 +102,10 @@ func TestRunOnEveryBroker(t *testing.T) {
 		{"mem with window", "mem://example-w-" + id + "?window=2m&maxdeliveries=5", false, nil, true, wantOnce},
 		{"jetstream embedded", "jetstream://embedded/EX" + id + "?subject=ex" + id + "&durable=example&create=true&maxdeliver=5&storage=memory", false, nil, false, wantOnce},
 		{"jetstream local", "jetstream://127.0.0.1:4222/EX" + id + "?subject=ex" + id + "&durable=example&create=true&maxdeliver=5&storage=memory", true, nil, true, wantOnce},
-		{"sqs fauxqs", "", false, func(t *testing.T) string { return sqsQueue(t, "example-"+id) }, false, wantOnce},
+		{"sqs fauxqs", "", false, func(t *testing.T) string {
+			_, _, endpoint := need.SQSQueue(t, "example-"+id)
+			return "sqs://example-" + id + ".fifo?region=us-east-1&endpoint=" + endpoint
+		}, false, wantOnce},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
