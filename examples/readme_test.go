@@ -170,3 +170,20 @@ func TestCheckGoBlocks(t *testing.T) {
 		})
 	}
 }
+
+// Every program under examples/ is run by a test of its own, so that what
+// the README and the programs' comments promise is checked.
+func TestEveryProgramIsRun(t *testing.T) {
+	mains, err := filepath.Glob("*/main.go")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(mains) == 0 {
+		t.Fatal("no programs found")
+	}
+	for _, m := range mains {
+		if _, err := os.Stat(filepath.Join(filepath.Dir(m), "main_test.go")); err != nil {
+			t.Errorf("examples/%s has no main_test.go running it: %v", filepath.Dir(m), err)
+		}
+	}
+}
