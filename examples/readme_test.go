@@ -1,8 +1,8 @@
 // Package examples_test holds the test that keeps README.md's Go code true:
 // every ```go block in it is taken from a program or test file under this
 // repository that the tests compile and run, and the block's preceding line
-// names that file. A block that starts with "package" must be the whole
-// file, so that it works when pasted; any other block must appear in the
+// names that file. A block with a package clause must be the whole file,
+// so that it works when pasted; any other block must appear in the
 // file line for line (indentation aside). It reads only files: no service.
 package examples_test
 
@@ -59,6 +59,9 @@ func fences(text string) ([]block, error) {
 // goFile finds the repository-relative path of a .go file in s.
 var goFile = regexp.MustCompile(`[A-Za-z0-9_./-]+\.go\b`)
 
+// packageClause finds a Go file's package clause.
+var packageClause = regexp.MustCompile(`(?m)^package [A-Za-z_]`)
+
 // dedent trims each line's leading whitespace and drops trailing blank
 // lines.
 func dedent(s string) []string {
@@ -105,9 +108,9 @@ func checkGoBlocks(text, root string) ([]string, error) {
 			problems = append(problems, fmt.Sprintf("line %d: %v", b.line, err))
 			continue
 		}
-		if strings.HasPrefix(b.body, "package ") {
+		if packageClause.MatchString(b.body) {
 			if b.body != string(src) {
-				problems = append(problems, fmt.Sprintf("line %d: the block starts with package but is not the whole of %s, byte for byte", b.line, path))
+				problems = append(problems, fmt.Sprintf("line %d: the block has a package clause but is not the whole of %s, byte for byte", b.line, path))
 			}
 			continue
 		}
@@ -152,6 +155,7 @@ func TestCheckGoBlocks(t *testing.T) {
 		{"drifted excerpt", "p.go:\n```go\nprintln(\"bye\")\n```\n", "does not appear line for line in p.go"},
 		{"lines out of order", "p.go:\n```go\n}\nprintln(\"hi\")\n```\n", "does not appear line for line"},
 		{"partial program", "p.go:\n```go\npackage main\n\nfunc main() {\n}\n```\n", "not the whole of p.go"},
+		{"program with its doc comment, partial", "p.go:\n```go\n// Command p.\npackage main\n```\n", "not the whole of p.go"},
 		{"no file named", "Use it:\n```go\nprintln(\"hi\")\n```\n", "names no .go file"},
 		{"missing file", "q.go:\n```go\nprintln(\"hi\")\n```\n", "q.go"},
 	}
