@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"maps"
 	"net/url"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -128,36 +129,34 @@ var urlParams = map[string]urlParam{
 	"lostack":     probParam(func(o *Options) *float64 { return &o.Faults.LostAck }),
 }
 
+var queueNameRE = regexp.MustCompile(`^[A-Za-z0-9._~-]{1,255}$`)
+
 // brokerForURL parses u and returns the queue name and its shared broker.
 func brokerForURL(u *url.URL) (string, *Broker, error) {
-	raw := u.Redacted()
+	// No reason quotes a value from the URL: see dedupq.ParamError.
 	bad := func(param, format string, args ...any) error {
-		return &dedupq.ParamError{URL: raw, Param: param, Reason: fmt.Sprintf(format, args...)}
+		return dedupq.NewParamError(u, param, fmt.Sprintf(format, args...))
 	}
 	name := u.Host
 	if name == "" {
 		return "", nil, bad("name", "missing queue name: use mem://NAME")
 	}
-	if u.Path != "" && u.Path != "/" {
-		return "", nil, bad("name", "unexpected path %q: the queue is named by the host, mem://NAME", u.Path)
+	if !queueNameRE.MatchString(name) {
+		// The name shows in windows and errors: only a name.
+		return "", nil, bad("name", "not a queue name (up to 255 letters, digits, '.', '_', '~', '-')")
 	}
-	q, err := url.ParseQuery(u.RawQuery)
+	if u.Path != "" && u.Path != "/" {
+		return "", nil, bad("name", "unexpected path: the queue is named by the host, mem://NAME")
+	}
+	q, err := dedupq.QueryParams(u, slices.Sorted(maps.Keys(urlParams)), "an in-memory broker has none")
 	if err != nil {
-		return "", nil, bad("query", "malformed: %v", err)
+		return "", nil, err
 	}
 	keys := slices.Sorted(maps.Keys(q))
 	var opts Options
 	for _, k := range keys {
-		p, ok := urlParams[k]
-		if !ok {
-			known := slices.Sorted(maps.Keys(urlParams))
-			return "", nil, bad(k, "unknown parameter (known: %s)", strings.Join(known, ", "))
-		}
-		if len(q[k]) != 1 {
-			return "", nil, bad(k, "given %d times", len(q[k]))
-		}
-		if err := p.set(&opts, q[k][0]); err != nil {
-			return "", nil, bad(k, "%q: %v", q[k][0], err)
+		if err := urlParams[k].set(&opts, q[k][0]); err != nil {
+			return "", nil, bad(k, "%v", err)
 		}
 	}
 	urlBrokers.Lock()
@@ -171,7 +170,7 @@ func brokerForURL(u *url.URL) (string, *Broker, error) {
 	want := NewBroker(opts).opts // the same defaults, for comparison
 	for _, k := range keys {
 		if got, asked := urlParams[k].get(b.opts), urlParams[k].get(want); got != asked {
-			return "", nil, bad(k, "queue %q is already open in this process with %s=%s, not %s", name, k, got, asked)
+			return "", nil, bad(k, "the queue is already open in this process with %s=%s, not %s", k, got, asked)
 		}
 	}
 	return name, b, nil
