@@ -63,25 +63,34 @@ type Consumer struct {
 
 // NewConsumer wraps a driver subscription. It reads the window and the
 // broker's real redelivery settings and, when opts.Dedup is set, fails with
-// a *window.UnsafeRetryError if the dedup TTL does not cover them. On
-// success the Consumer owns sub; on failure the caller still does.
+// a *window.UnsafeRetryError if the dedup TTL does not cover them. Only
+// then does it let the driver create the stream, durable or queue its
+// configuration asks for (driver.Provisioner), so a refused open leaves
+// the broker as it was. On success the Consumer owns sub; on failure the
+// caller still does.
 func NewConsumer(ctx context.Context, sub driver.Subscription, opts ConsumerOptions) (*Consumer, error) {
-	w, err := sub.Window(ctx)
-	if err != nil {
-		return nil, fmt.Errorf("dedupq: reading the dedup window: %w", err)
+	var w window.Window
+	var r window.RedeliveryPolicy
+	read := func() (err error) {
+		if w, err = sub.Window(ctx); err != nil {
+			return fmt.Errorf("dedupq: reading the dedup window: %w", err)
+		}
+		if r, err = sub.Redelivery(ctx); err != nil {
+			return fmt.Errorf("dedupq: reading the redelivery policy: %w", err)
+		}
+		return nil
 	}
-	r, err := sub.Redelivery(ctx)
-	if err != nil {
-		return nil, fmt.Errorf("dedupq: reading the redelivery policy: %w", err)
-	}
-	if opts.Dedup != nil {
-		err := window.CheckConsumer(window.ConsumerPlan{
+	check := func() error {
+		if opts.Dedup == nil {
+			return nil
+		}
+		return window.CheckConsumer(window.ConsumerPlan{
 			Redelivery: r, Window: w, DedupTTL: opts.Dedup.TTL(),
 			ProducerSpan: opts.ProducerSpan, Margin: opts.Margin,
 		})
-		if err != nil {
-			return nil, err
-		}
+	}
+	if err := checkThenProvision(ctx, sub, read, check); err != nil {
+		return nil, err
 	}
 	if opts.Concurrency <= 0 {
 		opts.Concurrency = 1
