@@ -58,23 +58,30 @@ type Publisher struct {
 
 // NewPublisher wraps a driver topic. It reads the backend's window and fails
 // with a *window.UnsafeRetryError when the retry policy's worst-case span
-// does not fit it (or the declared ConsumerDedupTTL). On success the
-// Publisher owns topic and closes it on Close; on failure the caller still
-// owns it.
+// does not fit it (or the declared ConsumerDedupTTL). Only then does it
+// let the driver create what its configuration asks for
+// (driver.Provisioner), so a refused open leaves the broker as it was. On
+// success the Publisher owns topic and closes it on Close; on failure the
+// caller still owns it.
 func NewPublisher(ctx context.Context, topic driver.Topic, opts PublisherOptions) (*Publisher, error) {
 	retry := window.DefaultRetryPolicy()
 	if opts.Retry != nil {
 		retry = opts.Retry.WithDefaults()
 	}
-	w, err := topic.Window(ctx)
-	if err != nil {
-		return nil, fmt.Errorf("dedupq: reading the dedup window: %w", err)
+	var w window.Window
+	read := func() (err error) {
+		if w, err = topic.Window(ctx); err != nil {
+			return fmt.Errorf("dedupq: reading the dedup window: %w", err)
+		}
+		return nil
 	}
-	err = window.CheckPublisher(window.PublisherPlan{
-		Retry: retry, HiddenSpan: topic.HiddenRetrySpan(), Window: w,
-		DedupTTL: opts.ConsumerDedupTTL, Margin: opts.Margin,
-	})
-	if err != nil {
+	check := func() error {
+		return window.CheckPublisher(window.PublisherPlan{
+			Retry: retry, HiddenSpan: topic.HiddenRetrySpan(), Window: w,
+			DedupTTL: opts.ConsumerDedupTTL, Margin: opts.Margin,
+		})
+	}
+	if err := checkThenProvision(ctx, topic, read, check); err != nil {
 		return nil, err
 	}
 	return &Publisher{
