@@ -72,29 +72,49 @@ type Consumer struct {
 // broker's real redelivery settings and, when opts.Dedup is set, fails with
 // a *window.UnsafeRetryError if the dedup TTL does not cover them, and with
 // the Deduplicator's own error if it is a Checker whose store is not ready.
-// On success the Consumer owns sub; on failure the caller still does.
+// Only then does it let the driver create the stream, durable or queue its
+// configuration asks for (driver.Provisioner), so a refused open leaves
+// the broker as it was. On success the Consumer owns sub; on failure the
+// caller still does.
 func NewConsumer(ctx context.Context, sub driver.Subscription, opts ConsumerOptions) (*Consumer, error) {
-	w, err := sub.Window(ctx)
-	if err != nil {
-		return nil, fmt.Errorf("dedupq: reading the dedup window: %w", err)
+	var w window.Window
+	var r window.RedeliveryPolicy
+	read := func() (err error) {
+		if w, err = sub.Window(ctx); err != nil {
+			return fmt.Errorf("dedupq: reading the dedup window: %w", err)
+		}
+		if r, err = sub.Redelivery(ctx); err != nil {
+			return fmt.Errorf("dedupq: reading the redelivery policy: %w", err)
+		}
+		return nil
 	}
-	r, err := sub.Redelivery(ctx)
-	if err != nil {
-		return nil, fmt.Errorf("dedupq: reading the redelivery policy: %w", err)
-	}
-	if opts.Dedup != nil {
+	storeChecked := false
+	check := func() error {
+		if opts.Dedup == nil {
+			return nil
+		}
 		err := window.CheckConsumer(window.ConsumerPlan{
 			Redelivery: r, Window: w, DedupTTL: opts.Dedup.TTL(),
 			ProducerSpan: opts.ProducerSpan, Margin: opts.Margin,
 		})
 		if err != nil {
-			return nil, err
+			return err
 		}
+		if storeChecked {
+			return nil
+		}
+		// Once, before anything is created: a dead or unmigrated store
+		// must refuse the open as the window check does.
+		storeChecked = true
 		if c, ok := opts.Dedup.(Checker); ok {
 			if err := c.Check(ctx); err != nil {
-				return nil, fmt.Errorf("dedupq: consumer-side dedup is not ready: %w", err)
+				return fmt.Errorf("dedupq: consumer-side dedup is not ready: %w", err)
 			}
 		}
+		return nil
+	}
+	if err := checkThenProvision(ctx, sub, read, check); err != nil {
+		return nil, err
 	}
 	if opts.Concurrency <= 0 {
 		opts.Concurrency = 1

@@ -11,7 +11,8 @@ var (
 	// ErrInvalidMessage matches every *ValidationError.
 	ErrInvalidMessage = errors.New("invalid message")
 	// ErrNotSent marks a valid message that was not sent because another
-	// message in the same batch was invalid.
+	// message in the same batch was invalid: its *PublishError (Attempts 0,
+	// MaybeSent false) wraps it.
 	ErrNotSent = errors.New("not sent: another message in the batch is invalid")
 	// ErrClosed is returned by a Publisher or Consumer used after Close.
 	ErrClosed = errors.New("dedupq: closed")
@@ -55,7 +56,10 @@ func trimID(id string) string {
 	return id
 }
 
-// PublishError is the final failure of one message.
+// PublishError is the final failure of one message. Attempts 0 means it was
+// never handed to the broker: another message of its batch was invalid
+// (Err is ErrNotSent), or ctx ended before its chunk's turn (Err is the
+// context's cause).
 type PublishError struct {
 	// Index is the message's position in the batch.
 	Index int
@@ -64,8 +68,8 @@ type PublishError struct {
 	// Attempts is how many sends were made (0 if none).
 	Attempts int
 	// MaybeSent is true when an attempt ended without a clear answer
-	// (timeout, lost connection, cancelled context), so the broker may have
-	// stored the message. Resending with the same ID is then safe only
+	// (timeout, lost connection, cancelled context, no result from the
+	// driver for this message), so the broker may have stored the message. Resending with the same ID is then safe only
 	// within the window; a false MaybeSent means the broker refused every
 	// attempt.
 	MaybeSent bool
@@ -75,6 +79,9 @@ type PublishError struct {
 
 // Error implements the error interface.
 func (e *PublishError) Error() string {
+	if e.Attempts == 0 {
+		return fmt.Sprintf("dedupq: message %d (id %q) not sent: %v", e.Index, trimID(e.ID), e.Err)
+	}
 	sent := "not sent"
 	if e.MaybeSent {
 		sent = "may have been sent; resend with the same ID"
@@ -85,13 +92,22 @@ func (e *PublishError) Error() string {
 // Unwrap returns the underlying error, for errors.Is and errors.As.
 func (e *PublishError) Unwrap() error { return e.Err }
 
-// BatchError lists the messages of a batch that failed; every message not
-// listed was stored by the broker.
+// BatchError lists every message of a batch that the broker did not
+// store, or may not have: every message not listed was stored (or dropped
+// by the broker as a duplicate of a stored one). Resending the listed
+// messages with the same IDs, once the invalid ones are fixed, therefore
+// resends everything that is missing. When any message is invalid nothing
+// is sent and every message is listed. errors.Is and errors.As see each
+// listed error: ErrInvalidMessage, ErrNotSent, a context's error, the
+// driver's own errors.
 type BatchError struct {
 	// Total is the batch size.
 	Total int
-	// Failed holds one error per failed message, in batch order: a
-	// *PublishError or a *ValidationError.
+	// Failed holds one error per message not stored, in batch order, each
+	// carrying the message's Index and ID: a *ValidationError for an
+	// invalid message (nothing of the batch was sent), else a
+	// *PublishError, whose MaybeSent says whether the broker may have
+	// stored it anyway.
 	Failed []error
 }
 

@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"net/url"
+	"regexp"
 	"slices"
 	"strings"
 	"sync"
@@ -70,10 +72,12 @@ func (m *URLMux) Schemes() []string {
 func (m *URLMux) opener(raw string) (URLOpener, *url.URL, error) {
 	u, err := url.Parse(raw)
 	if err != nil {
-		return nil, nil, fmt.Errorf("dedupq: malformed URL: %w", err)
+		// *url.Error quotes the whole URL, and some of its causes quote a
+		// part of it (an invalid port, an escape): neither is shown.
+		return nil, nil, fmt.Errorf("dedupq: malformed URL: %s", parseProblem(err))
 	}
 	if u.Scheme == "" {
-		return nil, nil, fmt.Errorf("dedupq: URL %q has no scheme (want one of %s)", raw, strings.Join(m.Schemes(), ", "))
+		return nil, nil, fmt.Errorf("dedupq: URL %q has no scheme (want one of %s)", RedactURL(u), strings.Join(m.Schemes(), ", "))
 	}
 	m.mu.RLock()
 	o := m.openers[u.Scheme]
@@ -83,6 +87,26 @@ func (m *URLMux) opener(raw string) (URLOpener, *url.URL, error) {
 			ErrUnknownScheme, u.Scheme, strings.Join(m.Schemes(), ", "))
 	}
 	return o, u, nil
+}
+
+// parseProblem says what url.Parse refused without quoting any of the URL.
+func parseProblem(err error) string {
+	var ue *url.Error
+	if errors.As(err, &ue) {
+		err = ue.Err
+	}
+	var ee url.EscapeError
+	var he url.InvalidHostError
+	switch {
+	case errors.As(err, &ee):
+		return "invalid %-escape"
+	case errors.As(err, &he):
+		return "invalid character in host"
+	}
+	// The other causes are fixed texts, some followed by a quoted part of
+	// the URL ("invalid port \":x\" after host"): keep the text only.
+	msg, _, _ := strings.Cut(err.Error(), `"`)
+	return strings.TrimSpace(strings.TrimPrefix(msg, "net/url: "))
 }
 
 // OpenPublisher opens the backend named by rawURL and wraps it in a
@@ -135,15 +159,197 @@ func OpenConsumer(ctx context.Context, rawURL string, opts ConsumerOptions) (*Co
 }
 
 // ParamError reports a missing or malformed URL parameter. Adapters return
-// it from their openers so that every backend names the parameter the same
-// way.
+// it from their openers, made by NewParamError, so that every backend names
+// the parameter the same way and shows the URL the same way.
+//
+// A URL may carry secrets by mistake (a SharedAccessKey, a token in the
+// user-info, an unknown aws_secret_access_key parameter), so a ParamError
+// never shows a query value, the user-info or the fragment: URL is the
+// RedactURL form, Param is a parameter name, and Reason says what is wrong
+// and what is wanted without quoting the value it refuses.
 type ParamError struct {
-	URL    string
-	Param  string
+	// URL is the URL as RedactURL shows it.
+	URL string
+	// Param names the parameter ("host", "query" or "path" for those
+	// parts of the URL).
+	Param string
+	// Reason says what is wrong; it quotes no value from the URL.
 	Reason string
 }
 
-// Error implements the error interface.
+// NewParamError returns a *ParamError about param of u. A param that is
+// not a plain parameter name (letters, digits, '_', '-', '.', at most 64)
+// is reported as "query", since it may be a value pasted without a name.
+func NewParamError(u *url.URL, param, reason string) *ParamError {
+	if !plainName(param) {
+		param = "query"
+	}
+	return &ParamError{URL: RedactURL(u), Param: param, Reason: reason}
+}
+
+// Error implements the error interface. It redacts URL and Param again,
+// for a ParamError made without NewParamError.
 func (e *ParamError) Error() string {
-	return fmt.Sprintf("dedupq: URL %q: parameter %q: %s", e.URL, e.Param, e.Reason)
+	shown := "(not shown)"
+	if u, err := url.Parse(e.URL); err == nil {
+		shown = RedactURL(u)
+	}
+	param := e.Param
+	if !plainName(param) {
+		param = "query"
+	}
+	return fmt.Sprintf("dedupq: URL %q: parameter %q: %s", shown, param, e.Reason)
+}
+
+// Redacted is what RedactURL puts in place of a hidden part.
+const Redacted = "REDACTED"
+
+// RedactURL returns u as errors and logs may show it: the scheme, the host
+// and the path, and the query's parameter names, with every query value,
+// the user-info and the fragment replaced by REDACTED (and a query part
+// without '=', which may be a value pasted without a name). The host and the
+// path name the resource, which a reader needs to act on the error, and
+// carry no secret in any backend's URL form; they are shown only when they
+// look like names (no '=', ';', '+', '&', '%', spaces or controls), so that
+// a connection string or key pasted there is hidden too. A query value is
+// hidden even when it is valid: which values are harmless is the
+// adapter's knowledge, and an empty value is shown as empty.
+func RedactURL(u *url.URL) string {
+	if u == nil {
+		return ""
+	}
+	var b strings.Builder
+	if u.Scheme != "" {
+		if schemeRE.MatchString(u.Scheme) {
+			b.WriteString(u.Scheme)
+		} else {
+			b.WriteString(Redacted)
+		}
+		b.WriteByte(':')
+	}
+	if u.Opaque != "" {
+		writeNameOrRedacted(&b, u.Opaque, pathRE)
+	} else {
+		if u.Host != "" || u.User != nil || (u.Scheme != "" && u.Path != "" && !u.OmitHost) {
+			b.WriteString("//")
+		}
+		if u.User != nil {
+			b.WriteString(Redacted + "@")
+		}
+		writeNameOrRedacted(&b, u.Host, hostRE)
+		if u.Path != "" {
+			if u.Host != "" && !strings.HasPrefix(u.Path, "/") {
+				b.WriteByte('/')
+			}
+			if pathRE.MatchString(u.Path) {
+				b.WriteString(u.Path)
+			} else if strings.HasPrefix(u.Path, "/") {
+				b.WriteString("/" + Redacted)
+			} else {
+				b.WriteString(Redacted)
+			}
+		}
+	}
+	if u.RawQuery != "" || u.ForceQuery {
+		b.WriteByte('?')
+		for i, piece := range strings.Split(u.RawQuery, "&") {
+			if i > 0 {
+				b.WriteByte('&')
+			}
+			k, v, hasValue := strings.Cut(piece, "=")
+			// A piece without '=' may be a value pasted without a name.
+			if name, err := url.QueryUnescape(k); err == nil && hasValue && plainName(name) {
+				b.WriteString(name)
+			} else if k != "" {
+				b.WriteString(Redacted)
+			}
+			if hasValue {
+				b.WriteByte('=')
+				if v != "" {
+					b.WriteString(Redacted)
+				}
+			}
+		}
+	}
+	if u.Fragment != "" || u.RawFragment != "" {
+		b.WriteString("#" + Redacted)
+	}
+	return b.String()
+}
+
+var (
+	schemeRE = regexp.MustCompile(`^[A-Za-z][A-Za-z0-9+.-]*$`)
+	// hostRE: names, IPv4, [IPv6] with a zone, and a port.
+	hostRE = regexp.MustCompile(`^[A-Za-z0-9._~:\[\]%-]*$`)
+	// pathRE: the decoded path, without the characters of key=value
+	// lists, base64 and escapes.
+	pathRE = regexp.MustCompile(`^[A-Za-z0-9._~/:@!$'()*,-]*$`)
+	nameRE = regexp.MustCompile(`^[A-Za-z0-9_.-]{1,64}$`)
+)
+
+func plainName(s string) bool { return nameRE.MatchString(s) }
+
+func writeNameOrRedacted(b *strings.Builder, s string, re *regexp.Regexp) {
+	if re.MatchString(s) {
+		b.WriteString(s)
+	} else {
+		b.WriteString(Redacted)
+	}
+}
+
+// QueryParams reads u's query for an adapter's URL opener: every parameter
+// must be one of known and given once. A parameter whose name suggests a
+// credential (SharedAccessKey, token, password, aws_secret_access_key, …)
+// is refused with credentialHint, which says where the backend's
+// credentials belong instead. Every error is a *ParamError, and none
+// shows a value: the adapter then reads the values, and must not quote
+// them either when it refuses one.
+func QueryParams(u *url.URL, known []string, credentialHint string) (url.Values, error) {
+	q, err := url.ParseQuery(u.RawQuery)
+	if err != nil {
+		reason := "malformed: parameters are name=value pairs separated by '&'"
+		var ee url.EscapeError
+		if errors.As(err, &ee) {
+			reason = "malformed: an invalid %-escape"
+		}
+		return nil, NewParamError(u, "query", reason)
+	}
+	for piece := range strings.SplitSeq(u.RawQuery, "&") {
+		if piece != "" && !strings.Contains(piece, "=") {
+			// It may be a value pasted without a name: not named.
+			return nil, NewParamError(u, "query", "a parameter without '=': parameters are name=value pairs")
+		}
+	}
+	// Sorted, so that a URL with several problems always reports the same.
+	for _, k := range slices.Sorted(maps.Keys(q)) {
+		switch {
+		case k == "":
+			return nil, NewParamError(u, "query", "a parameter without a name")
+		case slices.Contains(known, k):
+		case credentialName(k):
+			return nil, NewParamError(u, k, "credentials never go in a URL: "+credentialHint)
+		default:
+			return nil, NewParamError(u, k, fmt.Sprintf("unknown parameter (known: %s)", strings.Join(known, ", ")))
+		}
+		if n := len(q[k]); n > 1 {
+			return nil, NewParamError(u, k, fmt.Sprintf("given %d times", n))
+		}
+	}
+	return q, nil
+}
+
+// credentialName reports whether a parameter name suggests a credential.
+func credentialName(k string) bool {
+	n := strings.NewReplacer("_", "", "-", "", ".", "").Replace(strings.ToLower(k))
+	switch n {
+	case "key", "sas", "sig", "pwd", "pass", "auth":
+		return true
+	}
+	for _, s := range []string{"password", "passwd", "secret", "token", "signature", "sharedaccess", "credential",
+		"apikey", "accesskey", "privatekey", "connectionstring", "connstr"} {
+		if strings.Contains(n, s) {
+			return true
+		}
+	}
+	return false
 }

@@ -4,6 +4,8 @@ package dedupq_test
 import (
 	"context"
 	"errors"
+	"fmt"
+	"net/url"
 	"strings"
 	"testing"
 
@@ -37,6 +39,135 @@ func TestOpenErrors(t *testing.T) {
 			_, err := dedupq.OpenPublisher(ctx, tt.url, dedupq.PublisherOptions{})
 			if !tt.check(err) {
 				t.Errorf("OpenPublisher(%q) = %v", tt.url, err)
+			}
+		})
+	}
+}
+
+func TestRedactURL(t *testing.T) {
+	tests := []struct{ raw, want string }{
+		{"mem://orders", "mem://orders"},
+		{"jetstream://127.0.0.1:4222/ORDERS?subject=orders&durable=", "jetstream://127.0.0.1:4222/ORDERS?subject=REDACTED&durable="},
+		{"servicebus://ns.servicebus.windows.net/q?SharedAccessKey=abc%2Bdef&window=2m", "servicebus://ns.servicebus.windows.net/q?SharedAccessKey=REDACTED&window=REDACTED"},
+		{"sqs://q.fifo?aws_secret_access_key=wJalrXUtnFEMI", "sqs://q.fifo?aws_secret_access_key=REDACTED"},
+		{"jetstream://s3cr3tToken@h:4222/S", "jetstream://REDACTED@h:4222/S"},
+		{"jetstream://user:s3cr3t@h/S", "jetstream://REDACTED@h/S"},
+		{"mem://q#s3cr3t", "mem://q#REDACTED"},
+		{"mem://q?s3cr3t+value", "mem://q?REDACTED"},
+		{"mem://q?s3cr3t&window=", "mem://q?REDACTED&window="},
+		{"mem://q?a%3Db=c", "mem://q?REDACTED=REDACTED"},
+		{"mem://q?x=%zz&y=1;z=2", "mem://q?x=REDACTED&y=REDACTED"},
+		{"servicebus://ns/;SharedAccessKey=s3cr3t", "servicebus://ns/REDACTED"},
+		{"servicebus://ns;SharedAccessKey=s3cr3t/q", "servicebus://REDACTED/q"},
+		{"mem:opaque?k=v", "mem:opaque?k=REDACTED"},
+		{"orders?token=s3cr3t", "orders?token=REDACTED"},
+		{"jetstream://[fe80::1%25eth0]:4222/S", "jetstream://[fe80::1%eth0]:4222/S"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.raw, func(t *testing.T) {
+			u, err := url.Parse(tt.raw)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := dedupq.RedactURL(u); got != tt.want {
+				t.Errorf("RedactURL = %q, want %q", got, tt.want)
+			}
+		})
+	}
+}
+
+// TestParamErrorShowsNoSecret: Error redacts again what a ParamError made
+// without NewParamError holds.
+func TestParamErrorShowsNoSecret(t *testing.T) {
+	pe := &dedupq.ParamError{URL: "servicebus://user:pw0rd@ns/q?SharedAccessKey=s3cr3t#fr4g", Param: "k=s3cr3t", Reason: "refused"}
+	for _, text := range []string{pe.Error(), fmt.Sprintf("%+v", pe), fmt.Sprintf("%v", error(pe))} {
+		for _, secret := range []string{"pw0rd", "s3cr3t", "fr4g", "user"} {
+			if strings.Contains(text, secret) {
+				t.Errorf("%q shows %q", text, secret)
+			}
+		}
+	}
+	u, _ := url.Parse("mem://q?token=s3cr3t")
+	if got := dedupq.NewParamError(u, "k=s3cr3t", "r"); got.Param != "query" || strings.Contains(got.URL, "s3cr3t") {
+		t.Errorf("NewParamError = %#v, want the value and the odd name hidden", got)
+	}
+}
+
+// TestOpenErrorsNeverEchoQuery: the mux's own errors (no scheme, a URL
+// that does not parse) and the errors of the parameters every adapter
+// reads through QueryParams show no value. The cross-adapter test is in
+// internal/urltest.
+func TestOpenErrorsNeverEchoQuery(t *testing.T) {
+	const secret = "Zq9SeCrEt"
+	for _, raw := range []string{
+		"orders?token=" + secret,
+		"mem://h:" + secret + "/x",
+		"mem://q?x=%zz" + secret,
+		"mem://q?a=1;" + secret + "=2",
+		"mem://q?token=" + secret,
+		"mem://q?aws_secret_access_key=" + secret,
+		"mem://q?colour=" + secret,
+		"mem://q?window=" + secret,
+		"mem://q?window=" + secret + "&window=1m",
+		"mem://q?" + secret,
+		"mem://q?%zz" + secret + "=1",
+		"mem://user:" + secret + "@q?window=soon#" + secret,
+		"mem://q/;token=" + secret,
+		"mem://q;token=" + secret + "/",
+		"%zz" + secret + "://x",
+		"mem://q\x00" + secret,
+	} {
+		t.Run(raw, func(t *testing.T) {
+			_, err := dedupq.OpenPublisher(context.Background(), raw, dedupq.PublisherOptions{})
+			if err == nil {
+				t.Fatal("opened")
+			}
+			for _, text := range []string{err.Error(), fmt.Sprintf("%+v", err)} {
+				if strings.Contains(strings.ToLower(text), strings.ToLower(secret)) {
+					t.Errorf("error shows the secret: %s", text)
+				}
+			}
+			var pe *dedupq.ParamError
+			if errors.As(err, &pe) && strings.Contains(fmt.Sprintf("%#v", pe), secret) {
+				t.Errorf("ParamError fields hold the secret: %#v", pe)
+			}
+		})
+	}
+}
+
+func TestQueryParams(t *testing.T) {
+	known := []string{"window", "group"}
+	tests := []struct{ raw, param, reason string }{
+		{"x://h?window=1m&group=g", "", ""},
+		{"x://h?SharedAccessKey=k", "SharedAccessKey", "credentials never go in a URL: HINT"},
+		{"x://h?aws_secret_access_key=k", "aws_secret_access_key", "credentials"},
+		{"x://h?Password=k", "Password", "credentials"},
+		{"x://h?api-key=k", "api-key", "credentials"},
+		{"x://h?colour=blue", "colour", "unknown parameter (known: window, group)"},
+		{"x://h?window=1m&window=2m", "window", "given 2 times"},
+		{"x://h?=1", "query", "without a name"},
+		{"x://h?window=%zz", "query", "%-escape"},
+		{"x://h?window=1;group=2", "query", "separated by '&'"},
+		{"x://h?window=1&s3cr3t", "query", "without '='"},
+		// Several problems: always the first in name order.
+		{"x://h?zz=1&aa=1&window=1&window=2", "aa", "unknown"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.raw, func(t *testing.T) {
+			u, err := url.Parse(tt.raw)
+			if err != nil {
+				t.Fatal(err)
+			}
+			_, err = dedupq.QueryParams(u, known, "HINT")
+			if tt.param == "" {
+				if err != nil {
+					t.Fatalf("QueryParams: %v", err)
+				}
+				return
+			}
+			var pe *dedupq.ParamError
+			if !errors.As(err, &pe) || pe.Param != tt.param || !strings.Contains(pe.Reason, tt.reason) {
+				t.Fatalf("QueryParams error %v, want a ParamError on %q mentioning %q", err, tt.param, tt.reason)
 			}
 		})
 	}

@@ -58,23 +58,30 @@ type Publisher struct {
 
 // NewPublisher wraps a driver topic. It reads the backend's window and fails
 // with a *window.UnsafeRetryError when the retry policy's worst-case span
-// does not fit it (or the declared ConsumerDedupTTL). On success the
-// Publisher owns topic and closes it on Close; on failure the caller still
-// owns it.
+// does not fit it (or the declared ConsumerDedupTTL). Only then does it
+// let the driver create what its configuration asks for
+// (driver.Provisioner), so a refused open leaves the broker as it was. On
+// success the Publisher owns topic and closes it on Close; on failure the
+// caller still owns it.
 func NewPublisher(ctx context.Context, topic driver.Topic, opts PublisherOptions) (*Publisher, error) {
 	retry := window.DefaultRetryPolicy()
 	if opts.Retry != nil {
 		retry = opts.Retry.WithDefaults()
 	}
-	w, err := topic.Window(ctx)
-	if err != nil {
-		return nil, fmt.Errorf("dedupq: reading the dedup window: %w", err)
+	var w window.Window
+	read := func() (err error) {
+		if w, err = topic.Window(ctx); err != nil {
+			return fmt.Errorf("dedupq: reading the dedup window: %w", err)
+		}
+		return nil
 	}
-	err = window.CheckPublisher(window.PublisherPlan{
-		Retry: retry, HiddenSpan: topic.HiddenRetrySpan(), Window: w,
-		DedupTTL: opts.ConsumerDedupTTL, Margin: opts.Margin,
-	})
-	if err != nil {
+	check := func() error {
+		return window.CheckPublisher(window.PublisherPlan{
+			Retry: retry, HiddenSpan: topic.HiddenRetrySpan(), Window: w,
+			DedupTTL: opts.ConsumerDedupTTL, Margin: opts.Margin,
+		})
+	}
+	if err := checkThenProvision(ctx, topic, read, check); err != nil {
 		return nil, err
 	}
 	return &Publisher{
@@ -131,10 +138,12 @@ func (p *Publisher) Publish(ctx context.Context, m *Message) (Result, error) {
 
 // PublishBatch sends msgs, in backend-sized chunks, and returns one Result
 // per message in order. Every message is validated first: if any is
-// invalid, nothing is sent and the error lists the invalid ones. Otherwise
-// failed sends are retried with the same dedup IDs, and the error, if any,
-// is a *BatchError listing exactly the messages that failed; all others
-// were stored. When the call returns, nothing is left sending.
+// invalid, nothing is sent and the *BatchError lists every message, the
+// invalid ones as *ValidationError and the others as *PublishError
+// wrapping ErrNotSent. Otherwise failed sends are retried with the same
+// dedup IDs, and the error, if any, is a *BatchError listing exactly the
+// messages that were not stored; all others were. When the call returns,
+// nothing is left sending.
 func (p *Publisher) PublishBatch(ctx context.Context, msgs []*Message) ([]Result, error) {
 	if err := p.enter(); err != nil {
 		return nil, err
@@ -166,13 +175,19 @@ func (p *Publisher) PublishBatch(ctx context.Context, msgs []*Message) ([]Result
 		}
 	}
 	if len(invalid) > 0 {
+		// Nothing is sent, so every message goes into the error: a caller
+		// that resends Failed must resend the valid ones too.
 		for i := range results {
-			results[i].Err = ErrNotSent
+			results[i].Err = &PublishError{Index: i, ID: results[i].ID, Err: ErrNotSent}
 		}
 		for _, err := range invalid {
 			results[err.(*ValidationError).Index].Err = err
 		}
-		return results, &BatchError{Total: len(msgs), Failed: invalid}
+		failed := make([]error, len(results))
+		for i, r := range results {
+			failed[i] = r.Err
+		}
+		return results, &BatchError{Total: len(msgs), Failed: failed}
 	}
 	chunk := max(p.topic.MaxBatch(), 1)
 	for start := 0; start < len(out); start += chunk {
@@ -201,6 +216,14 @@ func (p *Publisher) sendWithRetry(ctx context.Context, offset int, msgs []*drive
 	lastErr := make([]error, len(msgs))
 	attempts := max(p.retry.MaxAttempts, 1)
 	for attempt := 1; len(pending) > 0; attempt++ {
+		if attempt == 1 && ctx.Err() != nil {
+			// ctx ended before this chunk's turn (after an earlier chunk):
+			// it was never handed to the driver, so it is not "maybe sent".
+			for _, i := range pending {
+				results[i].Err = &PublishError{Index: offset + i, ID: msgs[i].ID, Err: context.Cause(ctx)}
+			}
+			return
+		}
 		batch := make([]*driver.Message, len(pending))
 		for j, i := range pending {
 			batch[j] = msgs[i]
@@ -210,9 +233,11 @@ func (p *Publisher) sendWithRetry(ctx context.Context, offset int, msgs []*drive
 		var retry []int
 		for j, i := range pending {
 			e := err
+			unknown := false // the driver gave no answer for this message
 			if e == nil {
 				if j >= len(sent) {
 					e = fmt.Errorf("dedupq: driver returned %d results for %d messages", len(sent), len(batch))
+					unknown = true
 				} else if sent[j].Err == nil {
 					results[i].BackendID, results[i].Duplicate = sent[j].BackendID, sent[j].Duplicate
 					continue
@@ -222,7 +247,7 @@ func (p *Publisher) sendWithRetry(ctx context.Context, offset int, msgs []*drive
 			}
 			lastErr[i] = e
 			retryable := p.topic.IsRetryable(e) || ctxError(e)
-			maybeSent[i] = maybeSent[i] || retryable
+			maybeSent[i] = maybeSent[i] || retryable || unknown
 			if retryable && attempt < attempts && ctx.Err() == nil {
 				retry = append(retry, i)
 				continue

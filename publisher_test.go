@@ -29,6 +29,15 @@ type scriptTopic struct {
 	calls  [][]string // IDs sent per call
 	stored map[string]int
 	block  chan struct{} // when set, SendBatch waits on it or ctx
+	// entered, when set, receives once per SendBatch call that waits on
+	// block, so that a test can act while a send is in flight.
+	entered chan struct{}
+	// onCall, when set, runs during each SendBatch call (numbered from 1)
+	// after the messages are stored.
+	onCall func(call int)
+	// short drops this many results from the end of every answer, as a
+	// faulty driver would.
+	short int
 }
 
 func newScriptTopic(script ...map[string]error) *scriptTopic {
@@ -41,6 +50,9 @@ func newScriptTopic(script ...map[string]error) *scriptTopic {
 
 func (s *scriptTopic) SendBatch(ctx context.Context, msgs []*driver.Message) ([]driver.SendResult, error) {
 	if s.block != nil {
+		if s.entered != nil {
+			s.entered <- struct{}{}
+		}
 		select {
 		case <-s.block:
 		case <-ctx.Done():
@@ -63,7 +75,10 @@ func (s *scriptTopic) SendBatch(ctx context.Context, msgs []*driver.Message) ([]
 		res[i].Duplicate = s.stored[m.ID] > 1
 	}
 	s.calls = append(s.calls, ids)
-	return res, nil
+	if s.onCall != nil {
+		s.onCall(len(s.calls))
+	}
+	return res[:max(len(res)-s.short, 0)], nil
 }
 
 func (s *scriptTopic) MaxBatch() int                                 { return s.batch }
@@ -151,10 +166,12 @@ func TestPublishDuplicateIsSuccess(t *testing.T) {
 func TestPublishCancelledSaysMaybeSent(t *testing.T) {
 	topic := newScriptTopic()
 	topic.block = make(chan struct{})
+	topic.entered = make(chan struct{})
 	p, _ := NewPublisher(context.Background(), topic, PublisherOptions{Retry: fastRetry(1)})
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error)
 	go func() { _, err := p.Publish(ctx, &Message{ID: "a"}); done <- err }()
+	<-topic.entered // cancelled while the send is in flight
 	cancel()
 	err := <-done
 	var pe *PublishError
@@ -284,5 +301,160 @@ func TestClosedPublisher(t *testing.T) {
 	}
 	if _, err := p.Publish(context.Background(), &Message{ID: "a"}); !errors.Is(err, ErrClosed) {
 		t.Fatalf("Publish after Close = %v, want ErrClosed", err)
+	}
+}
+
+// TestBatchErrorListsEveryMessageNotStored: a caller that resends exactly
+// BatchError.Failed resends every message the broker did not store, each
+// failure says whether the broker may have stored it anyway, and
+// errors.Is sees every cause.
+func TestBatchErrorListsEveryMessageNotStored(t *testing.T) {
+	type failure struct {
+		index     int
+		invalid   bool // a *ValidationError, else a *PublishError
+		attempts  int
+		maybeSent bool
+		is        error
+	}
+	tests := []struct {
+		name         string
+		ids          []string
+		batch        int
+		script       []map[string]error
+		cancelOnCall int // cancel ctx during this SendBatch call; 0: never
+		short        int
+		calls        [][]string
+		failed       []failure
+	}{
+		{
+			name: "one invalid message: nothing sent, every message listed",
+			ids:  []string{"a", "", "c"}, batch: 10,
+			failed: []failure{
+				{index: 0, is: ErrNotSent},
+				{index: 1, invalid: true, is: ErrInvalidMessage},
+				{index: 2, is: ErrNotSent},
+			},
+		},
+		{
+			name: "several invalid messages",
+			ids:  []string{"a b", "b", "123456789"}, batch: 10,
+			failed: []failure{
+				{index: 0, invalid: true, is: ErrInvalidMessage},
+				{index: 1, is: ErrNotSent},
+				{index: 2, invalid: true, is: ErrInvalidMessage},
+			},
+		},
+		{
+			name: "a later chunk refused",
+			ids:  []string{"a", "b", "c"}, batch: 2,
+			script: []map[string]error{{}, {"c": errRefused}},
+			calls:  [][]string{{"a", "b"}, {"c"}},
+			failed: []failure{{index: 2, attempts: 1, is: errRefused}},
+		},
+		{
+			name: "an earlier chunk refused, the later ones still sent",
+			ids:  []string{"a", "b", "c"}, batch: 1,
+			script: []map[string]error{{"a": errRefused}},
+			calls:  [][]string{{"a"}, {"b"}, {"c"}},
+			failed: []failure{{index: 0, attempts: 1, is: errRefused}},
+		},
+		{
+			name: "ctx cancelled between chunks: the rest never sent",
+			ids:  []string{"a", "b", "c"}, batch: 1, cancelOnCall: 1,
+			calls: [][]string{{"a"}},
+			failed: []failure{
+				{index: 1, is: context.Canceled},
+				{index: 2, is: context.Canceled},
+			},
+		},
+		{
+			name: "the driver answers for fewer messages than it was given",
+			ids:  []string{"a", "b", "c"}, batch: 10, short: 1,
+			calls:  [][]string{{"a", "b", "c"}},
+			failed: []failure{{index: 2, attempts: 1, maybeSent: true}},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			topic := newScriptTopic(tt.script...)
+			topic.batch, topic.short = tt.batch, tt.short
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			topic.onCall = func(call int) {
+				if call == tt.cancelOnCall {
+					cancel()
+				}
+			}
+			p, err := NewPublisher(context.Background(), topic, PublisherOptions{Retry: fastRetry(3)})
+			if err != nil {
+				t.Fatal(err)
+			}
+			res, err := p.PublishBatch(ctx, msgs(tt.ids...))
+			var be *BatchError
+			if !errors.As(err, &be) || be.Total != len(tt.ids) || len(be.Failed) != len(tt.failed) {
+				t.Fatalf("err = %v, want a BatchError of %d listing %d", err, len(tt.ids), len(tt.failed))
+			}
+			listed := map[int]bool{}
+			for k, w := range tt.failed {
+				got := be.Failed[k]
+				listed[w.index] = true
+				if res[w.index].Err != got {
+					t.Errorf("Result[%d].Err = %v, want the listed %v", w.index, res[w.index].Err, got)
+				}
+				if w.is != nil && (!errors.Is(got, w.is) || !errors.Is(err, w.is)) {
+					t.Errorf("Failed[%d] = %v: errors.Is(%v) false on it or on the BatchError", k, got, w.is)
+				}
+				if w.invalid {
+					var ve *ValidationError
+					if !errors.As(got, &ve) || ve.Index != w.index {
+						t.Errorf("Failed[%d] = %#v, want a ValidationError for message %d", k, got, w.index)
+					}
+					continue
+				}
+				var pe *PublishError
+				if !errors.As(got, &pe) || pe.Index != w.index || pe.ID != tt.ids[w.index] || pe.Attempts != w.attempts || pe.MaybeSent != w.maybeSent {
+					t.Errorf("Failed[%d] = %#v, want a PublishError for message %d (%q), %d attempts, MaybeSent %v",
+						k, got, w.index, tt.ids[w.index], w.attempts, w.maybeSent)
+				}
+			}
+			for i, r := range res {
+				if !listed[i] && (r.Err != nil || r.BackendID == "") {
+					t.Errorf("message %d is not listed, so it must be stored: %+v", i, r)
+				}
+			}
+			if !equalCalls(topic.calls, tt.calls) {
+				t.Errorf("calls = %v, want %v", topic.calls, tt.calls)
+			}
+		})
+	}
+}
+
+// TestPublishReturnsTheMessagesOwnError: Publish unwraps the one-message
+// batch.
+func TestPublishReturnsTheMessagesOwnError(t *testing.T) {
+	tests := []struct {
+		name   string
+		m      *Message
+		script map[string]error
+		check  func(error) bool
+	}{
+		{"invalid", &Message{ID: ""}, nil, func(err error) bool {
+			var ve *ValidationError
+			return errors.As(err, &ve) && errors.Is(err, ErrInvalidMessage) && !errors.Is(err, ErrNotSent)
+		}},
+		{"refused", &Message{ID: "a"}, map[string]error{"a": errRefused}, func(err error) bool {
+			var pe *PublishError
+			return errors.As(err, &pe) && pe.Attempts == 1 && !pe.MaybeSent && errors.Is(err, errRefused)
+		}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			p, _ := NewPublisher(context.Background(), newScriptTopic(tt.script), PublisherOptions{Retry: fastRetry(1)})
+			_, err := p.Publish(context.Background(), tt.m)
+			var be *BatchError
+			if errors.As(err, &be) || !tt.check(err) {
+				t.Fatalf("Publish err = %#v", err)
+			}
+		})
 	}
 }

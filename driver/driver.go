@@ -8,6 +8,10 @@
 // said. It must not retry on its own beyond what its SDK does inside one
 // call (and must declare that in Topic.HiddenRetrySpan), because the
 // portable layer owns the retry budget.
+//
+// Opening a driver creates nothing on the broker: see Provisioner for how a
+// driver that creates streams, consumers or queues does so only once the
+// startup check has passed.
 package driver
 
 import (
@@ -155,4 +159,41 @@ type Subscription interface {
 	// Close releases the driver's resources. In-flight deliveries that
 	// were not settled are redelivered by the broker later.
 	Close() error
+}
+
+// Provisioner is implemented by a Topic or Subscription whose
+// configuration asks it to create broker state that may be missing: a
+// stream, a durable consumer, an in-process queue. It exists so that a
+// refused open leaves the broker as it was: the startup check runs on what
+// the driver will create, and only an open that passes it creates
+// anything.
+//
+// The contract, for every driver:
+//
+//   - Opening (the driver's constructor, a URLOpener's OpenTopic or
+//     OpenSubscription) only reads: it creates nothing on the broker, and
+//     fails at once when what exists does not fit the configuration.
+//   - Until Provision has succeeded, Window and Redelivery report what
+//     Provision will create, from the configuration and the broker's
+//     documented defaults, exactly as the broker will then report it; where
+//     the state exists already they report it as it is.
+//   - dedupq.NewPublisher and dedupq.NewConsumer run every check first and
+//     call Provision only when all of them pass; then they read Window and
+//     Redelivery again and repeat the check, for state another process
+//     created meanwhile (which Provision uses when it fits, as an open
+//     would).
+//   - Provision creates what is missing, and nothing else. It is
+//     idempotent and safe for concurrent use. When one step fails after an
+//     earlier one created something, it removes what it created itself,
+//     where that is safe (nothing another party uses yet); it never removes
+//     what existed before, or what another process created.
+//   - A driver used on its own, without the portable layer, provisions on
+//     the first SendBatch or Receive.
+//
+// A driver that never creates anything (it only uses entities that exist)
+// does not implement Provisioner.
+type Provisioner interface {
+	// Provision creates the broker state the configuration asks for and
+	// that does not exist yet.
+	Provision(ctx context.Context) error
 }

@@ -141,6 +141,7 @@ func Run(t *testing.T, h Harness) {
 		{"Dedup", testDedup},
 		{"Redelivery", testRedelivery},
 		{"Window", testWindow},
+		{"Provision", testProvision},
 		{"Validation", testValidation},
 		{"GroupOrdering", testGroupOrdering},
 		{"GracefulShutdown", testGracefulShutdown},

@@ -53,6 +53,10 @@ func openTopic(t *testing.T, nc *nats.Conn, cfg Config) *Topic {
 		t.Fatalf("NewTopic: %v", err)
 	}
 	t.Cleanup(func() { top.Close() })
+	// As dedupq.NewPublisher does once its check passed.
+	if err := top.Provision(ctxT(t)); err != nil {
+		t.Fatalf("Provision: %v", err)
+	}
 	return top
 }
 
@@ -63,6 +67,10 @@ func openSub(t *testing.T, nc *nats.Conn, cfg Config) *Subscription {
 		t.Fatalf("NewSubscription: %v", err)
 	}
 	t.Cleanup(func() { sub.Close() })
+	// As dedupq.NewConsumer does once its check passed.
+	if err := sub.Provision(ctxT(t)); err != nil {
+		t.Fatalf("Provision: %v", err)
+	}
 	return sub
 }
 

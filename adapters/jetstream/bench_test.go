@@ -36,7 +36,7 @@ func benchStream(b *testing.B, nc *nats.Conn) Config {
 	name := uniqueName("B")
 	cfg := Config{Stream: name, Subject: "bench." + name, Durable: "bench", CreateStream: true, MaxDeliver: 5}
 	js, _ := jetstream.New(nc)
-	if _, err := openStream(context.Background(), js, &cfg); err != nil {
+	if _, _, err := createStream(context.Background(), js, &cfg); err != nil {
 		b.Fatal(err)
 	}
 	deleteStreamAtCleanup(b, server{"embedded", embeddedURL}, name)

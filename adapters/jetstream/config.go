@@ -2,10 +2,9 @@ package jetstream
 
 import (
 	"fmt"
-	"maps"
 	"net"
 	"net/url"
-	"slices"
+	"regexp"
 	"strconv"
 	"strings"
 	"time"
@@ -175,19 +174,24 @@ func subjectProblem(s string) string {
 	return ""
 }
 
+// hostRE matches a host name, an IPv4 address or an IPv6 address (with a
+// zone), as url.URL.Hostname returns them.
+var hostRE = regexp.MustCompile(`^[A-Za-z0-9.-]+$|^[0-9A-Fa-f:.]+(%[A-Za-z0-9._-]+)?$`)
+
 // knownParams lists every URL parameter, in the order URL writes them.
 var knownParams = []string{"subject", "durable", "create", "storage", "duplicates", "ackwait", "maxdeliver", "backoff", "maxbatch"}
 
 // ParseURL reads a jetstream:// URL into the NATS server URL to dial and a
 // Config. It does not require durable, which only consuming needs. Every
 // error is a *dedupq.ParamError naming the parameter ("stream" for the
-// path, "host" for the address).
+// path, "host" for the address), and none quotes a value from the URL: the
+// user-info may hold a NATS token or password.
 func ParseURL(u *url.URL) (server string, cfg Config, err error) {
 	bad := func(param, format string, args ...any) error {
-		return &dedupq.ParamError{URL: u.Redacted(), Param: param, Reason: fmt.Sprintf(format, args...)}
+		return dedupq.NewParamError(u, param, fmt.Sprintf(format, args...))
 	}
 	if u.Scheme != Scheme {
-		return "", Config{}, bad("scheme", "want %q, got %q", Scheme, u.Scheme)
+		return "", Config{}, bad("scheme", "want %s://", Scheme)
 	}
 	if u.Opaque != "" {
 		return "", Config{}, bad("host", "write the URL as %s://host:port/STREAM?subject=…", Scheme)
@@ -201,9 +205,13 @@ func ParseURL(u *url.URL) (server string, cfg Config, err error) {
 	}
 	if host == "" {
 		if u.Host != "" && !strings.HasPrefix(u.Host, ":") {
-			return "", Config{}, bad("host", "malformed address %q", u.Host)
+			return "", Config{}, bad("host", "malformed address: want HOST:PORT")
 		}
 		host = "127.0.0.1"
+	}
+	// The client quotes the host in its errors: only a name or an address.
+	if !hostRE.MatchString(host) {
+		return "", Config{}, bad("host", "not a host name or IP address")
 	}
 	if port == "" {
 		if strings.HasSuffix(u.Host, ":") {
@@ -219,32 +227,19 @@ func ParseURL(u *url.URL) (server string, cfg Config, err error) {
 
 	path := strings.TrimPrefix(u.Path, "/")
 	if path == "" {
-		return "", Config{}, bad("stream", "missing: name the stream in the path, as in %s://%s/ORDERS?subject=orders", Scheme, nu.Host)
+		return "", Config{}, bad("stream", "missing: name the stream in the path, as in %s://HOST:PORT/ORDERS?subject=orders", Scheme)
 	}
 	if strings.Contains(path, "/") {
-		return "", Config{}, bad("stream", "the path is one stream name, got %q", path)
+		return "", Config{}, bad("stream", "the path is one stream name, without '/'")
 	}
 	if r := nameProblem(path); r != "" {
 		return "", Config{}, bad("stream", "%s", r)
 	}
 	cfg.Stream = path
 
-	q, err := url.ParseQuery(u.RawQuery)
+	q, err := dedupq.QueryParams(u, knownParams, "give them in the user-info (jetstream://user:password@host or jetstream://token@host) or as URLOpener.Options")
 	if err != nil {
-		return "", Config{}, bad("query", "malformed: %v", err)
-	}
-	// Sorted, so that a URL with several problems always reports the same.
-	for _, k := range slices.Sorted(maps.Keys(q)) {
-		vs := q[k]
-		if k == "" {
-			return "", Config{}, bad("query", "a parameter without a name")
-		}
-		if !slices.Contains(knownParams, k) {
-			return "", Config{}, bad(k, "unknown parameter (known: %s)", strings.Join(knownParams, ", "))
-		}
-		if len(vs) > 1 {
-			return "", Config{}, bad(k, "given %d times", len(vs))
-		}
+		return "", Config{}, err
 	}
 	get := func(k string) (string, bool) {
 		vs, ok := q[k]
@@ -260,7 +255,7 @@ func ParseURL(u *url.URL) (server string, cfg Config, err error) {
 		}
 		d, err := time.ParseDuration(v)
 		if err != nil {
-			return 0, bad(k, "%q is not a duration such as 30s or 2m", v)
+			return 0, bad(k, "not a duration such as 30s or 2m")
 		}
 		if d < min {
 			return 0, bad(k, "%s is below the minimum of %s", d, min)
@@ -285,7 +280,7 @@ func ParseURL(u *url.URL) (server string, cfg Config, err error) {
 	if v, ok := get("create"); ok {
 		b, err := strconv.ParseBool(v)
 		if err != nil {
-			return "", Config{}, bad("create", "%q is not true or false", v)
+			return "", Config{}, bad("create", "want true or false")
 		}
 		cfg.CreateStream = b
 	}
@@ -296,7 +291,7 @@ func ParseURL(u *url.URL) (server string, cfg Config, err error) {
 		case "memory":
 			cfg.Storage = jetstream.MemoryStorage
 		default:
-			return "", Config{}, bad("storage", "%q is not file or memory", v)
+			return "", Config{}, bad("storage", "want file or memory")
 		}
 	}
 	if cfg.Duplicates, err = dur("duplicates", 100*time.Millisecond); err != nil {
@@ -308,7 +303,7 @@ func ParseURL(u *url.URL) (server string, cfg Config, err error) {
 	if v, ok := get("maxdeliver"); ok {
 		n, err := strconv.Atoi(v)
 		if err != nil || n == 0 || n < -1 {
-			return "", Config{}, bad("maxdeliver", "%q is not -1 (unlimited) or a positive number", v)
+			return "", Config{}, bad("maxdeliver", "want -1 (unlimited) or a positive number")
 		}
 		cfg.MaxDeliver = n
 	}
@@ -316,7 +311,7 @@ func ParseURL(u *url.URL) (server string, cfg Config, err error) {
 		for _, part := range strings.Split(v, ",") {
 			d, err := time.ParseDuration(strings.TrimSpace(part))
 			if err != nil || d <= 0 {
-				return "", Config{}, bad("backoff", "%q is not a comma-separated list of positive durations", v)
+				return "", Config{}, bad("backoff", "want a comma-separated list of positive durations")
 			}
 			cfg.BackOff = append(cfg.BackOff, d)
 		}
@@ -324,7 +319,7 @@ func ParseURL(u *url.URL) (server string, cfg Config, err error) {
 	if v, ok := get("maxbatch"); ok {
 		n, err := strconv.Atoi(v)
 		if err != nil || n < 1 {
-			return "", Config{}, bad("maxbatch", "%q is not a positive number", v)
+			return "", Config{}, bad("maxbatch", "want a positive number")
 		}
 		cfg.MaxBatch = n
 	}

@@ -98,6 +98,8 @@ func TestParseURLErrors(t *testing.T) {
 		{"jetstream://h:/S?subject=s", "host", "empty port"},
 		{"jetstream://a:1,b:2/S?subject=s", "host", "one server"},
 		{"jetstream:S?subject=s", "host", "host:port"},
+		{"jetstream://h;token=x/S?subject=s", "host", "host name"},
+		{"jetstream://h/S?subject=s&token=x", "token", "credentials never go in a URL"},
 		{"jetstream://h/S?subject=s#frag", "fragment", "fragment"},
 		{"jetstream://h/S?subject=s&%zz", "query", "malformed"},
 		{"nats://h/S?subject=s", "scheme", "jetstream"},
@@ -124,10 +126,12 @@ func TestParseURLErrors(t *testing.T) {
 }
 
 func TestParseURLRedactsPassword(t *testing.T) {
-	u, _ := url.Parse("jetstream://user:secret@h/S")
-	_, _, err := ParseURL(u)
-	if err == nil || strings.Contains(err.Error(), "secret") {
-		t.Errorf("error %v: want an error that does not show the password", err)
+	for _, raw := range []string{"jetstream://user:secret@h/S", "jetstream://secret@h/S", "jetstream://h/S?subject=s&storage=secret"} {
+		u, _ := url.Parse(raw)
+		_, _, err := ParseURL(u)
+		if err == nil || strings.Contains(err.Error(), "secret") {
+			t.Errorf("%s: error %v: want an error that does not show the secret", raw, err)
+		}
 	}
 }
 

@@ -35,6 +35,11 @@
 // A missing, repeated, malformed or unknown parameter is a
 // *dedupq.ParamError naming it.
 //
+// Nothing is created while opening: the stream (with create=true) and a
+// missing durable are created only once the Publisher's or Consumer's
+// startup check passed on the settings they will have (driver.Provisioner),
+// so a refused open leaves the server as it was.
+//
 // # Mapping
 //
 // Message.ID travels in the Nats-Msg-Id header, which the stream

@@ -2,8 +2,10 @@ package jetstream
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/url"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -50,8 +52,7 @@ func (o URLOpener) OpenSubscription(ctx context.Context, u *url.URL) (driver.Sub
 		return nil, err
 	}
 	if cfg.Durable == "" {
-		return nil, &dedupq.ParamError{URL: u.Redacted(), Param: "durable",
-			Reason: "missing: consuming needs a durable consumer name, as in &durable=billing"}
+		return nil, dedupq.NewParamError(u, "durable", "missing: consuming needs a durable consumer name, as in &durable=billing")
 	}
 	nc, err := o.dial(ctx, server, u)
 	if err != nil {
@@ -82,7 +83,29 @@ func (o URLOpener) dial(ctx context.Context, server string, u *url.URL) (*nats.C
 	opts = append(opts, nats.ReconnectBufSize(-1))
 	nc, err := nats.Connect(server, opts...)
 	if err != nil {
-		return nil, fmt.Errorf("jetstream: connecting to %s: %w", u.Redacted(), err)
+		// u.Redacted() would show a token given as the user name.
+		return nil, fmt.Errorf("jetstream: connecting to %s: %w", dedupq.RedactURL(u), withoutUserinfo(err, u.User))
 	}
 	return nc, nil
+}
+
+// withoutUserinfo returns err, or an error with its text and without the
+// user-info's name and password when the text shows either (the client
+// returns some url.Parse errors as they are, quoting the server URL).
+func withoutUserinfo(err error, user *url.Userinfo) error {
+	if user == nil {
+		return err
+	}
+	msg := err.Error()
+	pw, _ := user.Password()
+	for _, s := range []string{user.Username(), pw, url.PathEscape(user.Username()), url.PathEscape(pw)} {
+		if s != "" && strings.Contains(msg, s) {
+			msg = strings.ReplaceAll(msg, s, dedupq.Redacted)
+			err = nil
+		}
+	}
+	if err == nil {
+		return errors.New(msg)
+	}
+	return err
 }

@@ -34,22 +34,30 @@ type Subscription struct {
 	nc      *nats.Conn
 	ownConn bool
 	js      jetstream.JetStream
-	stream  jetstream.Stream
-	cons    jetstream.Consumer
 	cfg     Config
 
-	mu      sync.Mutex
-	consCfg jetstream.ConsumerConfig // as last read from the server
-	closed  bool
+	// provision serializes Provision; mu guards the fields below it.
+	provision sync.Mutex
+	mu        sync.Mutex
+	stream    jetstream.Stream         // nil until the stream exists (Provision)
+	cons      jetstream.Consumer       // nil until the durable exists (Provision)
+	consCfg   jetstream.ConsumerConfig // as last read from the server, or as it will be created
+	closed    bool
 }
 
-var _ driver.Subscription = (*Subscription)(nil)
+var (
+	_ driver.Subscription = (*Subscription)(nil)
+	_ driver.Provisioner  = (*Subscription)(nil)
+)
 
 // NewSubscription opens the durable pull consumer cfg.Durable on the stream
-// cfg.Stream, creating the stream if cfg.CreateStream and the durable if it
-// does not exist. An existing durable is used as it is, after checking
-// that it is a pull consumer with explicit acks and that AckWait,
-// MaxDeliver and BackOff match cfg where cfg sets them. nc stays the
+// cfg.Stream. An existing durable is used as it is, after checking that it
+// is a pull consumer with explicit acks and that AckWait, MaxDeliver and
+// BackOff match cfg where cfg sets them. A missing durable, and a missing
+// stream when cfg.CreateStream, are created by Provision, which
+// dedupq.NewConsumer calls once its startup check passed (see
+// driver.Provisioner); until then Window and Redelivery report what will
+// be created, so that a refused open leaves nothing behind. nc stays the
 // caller's: Close leaves it open.
 func NewSubscription(ctx context.Context, nc *nats.Conn, cfg Config) (*Subscription, error) {
 	return newSubscription(ctx, nc, cfg, false)
@@ -63,41 +71,140 @@ func newSubscription(ctx context.Context, nc *nats.Conn, cfg Config, ownConn boo
 	if err != nil {
 		return nil, fmt.Errorf("jetstream: %w", err)
 	}
-	stream, err := openStream(ctx, js, &cfg)
+	stream, err := lookupStream(ctx, js, &cfg)
 	if err != nil {
 		return nil, err
 	}
-	cons, err := openConsumer(ctx, stream, cfg)
-	if err != nil {
-		return nil, err
+	var cons jetstream.Consumer
+	if stream != nil {
+		if cons, err = lookupConsumer(ctx, stream, cfg); err != nil {
+			return nil, err
+		}
 	}
-	return &Subscription{
-		nc: nc, ownConn: ownConn, js: js, stream: stream, cons: cons, cfg: cfg,
-		consCfg: cons.CachedInfo().Config,
-	}, nil
+	s := &Subscription{nc: nc, ownConn: ownConn, js: js, cfg: cfg}
+	s.set(stream, cons)
+	return s, nil
 }
 
-// openConsumer looks the durable up, creating it when it does not exist,
-// and checks it against cfg.
-func openConsumer(ctx context.Context, stream jetstream.Stream, cfg Config) (jetstream.Consumer, error) {
+// set records the stream and the durable (nil: not created yet), and the
+// durable's configuration: as read, or as createConsumer will make it.
+func (s *Subscription) set(stream jetstream.Stream, cons jetstream.Consumer) {
+	c := plannedConsumer(s.cfg)
+	if cons != nil {
+		c = cons.CachedInfo().Config
+	}
+	s.mu.Lock()
+	s.stream, s.cons, s.consCfg = stream, cons, c
+	s.mu.Unlock()
+}
+
+func (s *Subscription) current() (jetstream.Stream, jetstream.Consumer) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.stream, s.cons
+}
+
+// Provision creates what is missing: the stream (with cfg.CreateStream),
+// then the durable. When the durable cannot be made, a stream created for
+// it is removed again unless something uses it already. A stream or
+// durable another process created meanwhile is used when it fits, as at
+// open. See driver.Provisioner.
+func (s *Subscription) Provision(ctx context.Context) error {
+	s.provision.Lock()
+	defer s.provision.Unlock()
+	stream, cons := s.current()
+	if cons != nil {
+		return nil
+	}
+	createdStream := false
+	if stream == nil {
+		st, created, err := createStream(ctx, s.js, &s.cfg)
+		if err != nil {
+			return err
+		}
+		stream, createdStream = st, created
+	}
+	cons, err := createConsumer(ctx, stream, s.cfg)
+	if err != nil {
+		if createdStream {
+			err = errors.Join(err, removeCreatedStream(ctx, s.js, stream))
+		}
+		return err
+	}
+	s.set(stream, cons)
+	return nil
+}
+
+// consumer is the durable, provisioned first when the Subscription is used
+// without dedupq.NewConsumer.
+func (s *Subscription) consumer(ctx context.Context) (jetstream.Consumer, error) {
+	if _, cons := s.current(); cons != nil {
+		return cons, nil
+	}
+	if err := s.Provision(ctx); err != nil {
+		return nil, err
+	}
+	_, cons := s.current()
+	return cons, nil
+}
+
+// consumerConfig is the durable createConsumer makes.
+func consumerConfig(cfg Config) jetstream.ConsumerConfig {
+	return jetstream.ConsumerConfig{
+		Durable:    cfg.Durable,
+		AckPolicy:  jetstream.AckExplicitPolicy,
+		AckWait:    cfg.AckWait,
+		MaxDeliver: cfg.MaxDeliver,
+		BackOff:    cfg.BackOff,
+	}
+}
+
+// plannedConsumer is the durable createConsumer makes as the server will
+// report it, with the server's defaults filled in: AckWait 30s, or
+// BackOff's first entry when there is a BackOff; MaxDeliver unlimited (-1).
+func plannedConsumer(cfg Config) jetstream.ConsumerConfig {
+	c := consumerConfig(cfg)
+	if c.AckWait == 0 {
+		c.AckWait = DefaultAckWait
+	}
+	if len(c.BackOff) > 0 {
+		c.AckWait = c.BackOff[0]
+	}
+	if c.MaxDeliver == 0 {
+		c.MaxDeliver = -1
+	}
+	return c
+}
+
+// lookupConsumer looks the durable up and checks it against cfg; it
+// returns nil and no error when the durable does not exist.
+func lookupConsumer(ctx context.Context, stream jetstream.Stream, cfg Config) (jetstream.Consumer, error) {
 	cons, err := stream.Consumer(ctx, cfg.Durable)
 	if errors.Is(err, jetstream.ErrConsumerNotFound) {
-		cons, err = stream.CreateConsumer(ctx, jetstream.ConsumerConfig{
-			Durable:    cfg.Durable,
-			AckPolicy:  jetstream.AckExplicitPolicy,
-			AckWait:    cfg.AckWait,
-			MaxDeliver: cfg.MaxDeliver,
-			BackOff:    cfg.BackOff,
-		})
-		if errors.Is(err, jetstream.ErrConsumerExists) {
-			// Created by another process meanwhile: use theirs.
-			cons, err = stream.Consumer(ctx, cfg.Durable)
-		}
+		return nil, nil
 	}
 	if err != nil {
 		return nil, fmt.Errorf("jetstream: opening durable consumer %s on stream %s: %w", cfg.Durable, cfg.Stream, err)
 	}
-	c := cons.CachedInfo().Config
+	return cons, checkConsumer(cons.CachedInfo().Config, cfg)
+}
+
+// createConsumer creates the durable, or uses the one another process
+// created meanwhile when it fits.
+func createConsumer(ctx context.Context, stream jetstream.Stream, cfg Config) (jetstream.Consumer, error) {
+	cons, err := stream.CreateConsumer(ctx, consumerConfig(cfg))
+	if errors.Is(err, jetstream.ErrConsumerExists) {
+		// Created by another process meanwhile: use theirs.
+		cons, err = stream.Consumer(ctx, cfg.Durable)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("jetstream: creating durable consumer %s on stream %s: %w", cfg.Durable, cfg.Stream, err)
+	}
+	return cons, checkConsumer(cons.CachedInfo().Config, cfg)
+}
+
+// checkConsumer checks a durable's configuration c against cfg.
+func checkConsumer(c jetstream.ConsumerConfig, cfg Config) error {
 	var problems []string
 	if c.DeliverSubject != "" {
 		problems = append(problems, "it is a push consumer; dedupq needs a pull consumer")
@@ -116,10 +223,10 @@ func openConsumer(ctx context.Context, stream jetstream.Stream, cfg Config) (jet
 		problems = append(problems, fmt.Sprintf("its BackOff is %v, not %v", c.BackOff, cfg.BackOff))
 	}
 	if problems != nil {
-		return nil, fmt.Errorf("jetstream: durable consumer %s on stream %s does not fit: %s; change or delete it",
+		return fmt.Errorf("jetstream: durable consumer %s on stream %s does not fit: %s; change or delete it",
 			cfg.Durable, cfg.Stream, strings.Join(problems, "; "))
 	}
-	return cons, nil
+	return nil
 }
 
 // Receive returns up to n deliveries: those waiting now if any, else the
@@ -132,18 +239,22 @@ func (s *Subscription) Receive(ctx context.Context, n int) ([]*driver.Delivery, 
 	}
 	s.mu.Unlock()
 	n = min(max(n, 1), 10000)
+	cons, err := s.consumer(ctx)
+	if err != nil {
+		return nil, err
+	}
 	for {
 		if err := ctx.Err(); err != nil {
 			return nil, err
 		}
-		ds, err := s.fetchNoWait(n)
+		ds, err := s.fetchNoWait(cons, n)
 		if len(ds) > 0 {
 			return ds, nil
 		}
 		if err != nil {
 			return nil, err
 		}
-		d, err := s.waitOne(ctx)
+		d, err := s.waitOne(ctx, cons)
 		if d != nil {
 			return []*driver.Delivery{d}, nil
 		}
@@ -154,8 +265,8 @@ func (s *Subscription) Receive(ctx context.Context, n int) ([]*driver.Delivery, 
 }
 
 // fetchNoWait takes what is waiting, up to n, without waiting.
-func (s *Subscription) fetchNoWait(n int) ([]*driver.Delivery, error) {
-	batch, err := s.cons.FetchNoWait(n)
+func (s *Subscription) fetchNoWait(cons jetstream.Consumer, n int) ([]*driver.Delivery, error) {
+	batch, err := cons.FetchNoWait(n)
 	if err != nil {
 		return nil, fmt.Errorf("jetstream: fetch: %w", err)
 	}
@@ -179,10 +290,10 @@ func (s *Subscription) fetchNoWait(n int) ([]*driver.Delivery, error) {
 // handled (the next Run sees attempt 2 of a new message, and a consumer
 // with MaxDeliver loses one of its deliveries) and hold it for its AckWait
 // unless something gives it back.
-func (s *Subscription) waitOne(ctx context.Context) (*driver.Delivery, error) {
+func (s *Subscription) waitOne(ctx context.Context, cons jetstream.Consumer) (*driver.Delivery, error) {
 	pctx, cancel := context.WithTimeout(ctx, pollWait)
 	defer cancel()
-	batch, err := s.cons.Fetch(1, jetstream.FetchContext(pctx))
+	batch, err := cons.Fetch(1, jetstream.FetchContext(pctx))
 	if err != nil {
 		if err := ctx.Err(); err != nil {
 			return nil, err
@@ -321,15 +432,25 @@ func (s *Subscription) flush(ctx context.Context, op string, err error) error {
 	return nil
 }
 
-// Window reads the stream's dedup window from the server.
+// Window reads the stream's dedup window from the server; before Provision
+// created the stream, the window it will be created with.
 func (s *Subscription) Window(ctx context.Context) (window.Window, error) {
-	return streamWindow(ctx, s.js, s.stream)
+	stream, _ := s.current()
+	return currentWindow(ctx, s.js, stream, s.cfg)
 }
 
 // Redelivery reads the durable's settings from the server; see the package
-// doc for how they make the policy.
+// doc for how they make the policy. Before Provision created the durable,
+// it reports the durable as Provision will create it.
 func (s *Subscription) Redelivery(ctx context.Context) (window.RedeliveryPolicy, error) {
-	info, err := s.cons.Info(ctx)
+	_, cons := s.current()
+	if cons == nil {
+		s.mu.Lock()
+		c := s.consCfg
+		s.mu.Unlock()
+		return redeliveryPolicy(c), nil
+	}
+	info, err := cons.Info(ctx)
 	if err != nil {
 		return window.RedeliveryPolicy{}, fmt.Errorf("jetstream: reading consumer info: %w", err)
 	}

@@ -2,6 +2,8 @@ package jetstream
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"strconv"
@@ -31,10 +33,14 @@ type Topic struct {
 	nc       *nats.Conn
 	ownConn  bool
 	js       jetstream.JetStream
-	stream   jetstream.Stream
 	cfg      Config
-	limits   driver.Limits
 	maxBatch int
+
+	// provision serializes Provision; mu guards the fields below it.
+	provision sync.Mutex
+	mu        sync.Mutex
+	stream    jetstream.Stream // nil until the stream exists (Provision)
+	limits    driver.Limits
 
 	// connClosed is closed once the connection is; publishes still
 	// waiting for a PubAck then end instead of waiting for their context.
@@ -43,11 +49,17 @@ type Topic struct {
 	closeOnce  sync.Once
 }
 
-var _ driver.Topic = (*Topic)(nil)
+var (
+	_ driver.Topic       = (*Topic)(nil)
+	_ driver.Provisioner = (*Topic)(nil)
+)
 
-// NewTopic opens the stream cfg names on nc (creating it if
-// cfg.CreateStream) and checks that it can take cfg.Subject and its group
-// suffixes. nc stays the caller's: Close leaves it open. nc must not buffer
+// NewTopic opens the stream cfg names on nc and checks that it can take
+// cfg.Subject and its group suffixes. A missing stream is an error unless
+// cfg.CreateStream: then Provision creates it (dedupq.NewPublisher calls it
+// once its startup check passed; see driver.Provisioner), and until then
+// Window reports the window it will have. nc stays the caller's: Close
+// leaves it open. nc must not buffer
 // publishes while reconnecting (dial it with nats.ReconnectBufSize(-1)),
 // because a buffered message is sent whenever the connection returns, a
 // resend outside every retry policy and window.
@@ -73,31 +85,22 @@ func newTopic(ctx context.Context, nc *nats.Conn, cfg Config, ownConn bool) (*To
 	if err != nil {
 		return nil, fmt.Errorf("jetstream: %w", err)
 	}
-	stream, err := openStream(ctx, js, &cfg)
+	stream, err := lookupStream(ctx, js, &cfg)
 	if err != nil {
 		return nil, err
 	}
-	info := stream.CachedInfo()
-	for _, need := range []struct{ subject, use string }{
-		{cfg.Subject, "publishing without a GroupKey"},
-		{cfg.Subject + ".*", "publishing with a GroupKey"},
-	} {
-		if !covers(info.Config.Subjects, need.subject) {
-			return nil, fmt.Errorf("jetstream: stream %s (subjects %v) does not take %q, which %s needs; add %q to the stream's subjects",
-				cfg.Stream, info.Config.Subjects, need.subject, need.use, strings.Replace(need.subject, "*", ">", 1))
+	if stream != nil {
+		if err := checkTopicStream(cfg, stream.CachedInfo()); err != nil {
+			return nil, err
 		}
 	}
-	maxPayload := nc.MaxPayload()
-	if s := int64(info.Config.MaxMsgSize); s > 0 && s < maxPayload {
-		maxPayload = s
-	}
 	t := &Topic{
-		nc: nc, ownConn: ownConn, js: js, stream: stream, cfg: cfg,
-		limits:     limits(cfg.Stream, maxPayload),
+		nc: nc, ownConn: ownConn, js: js, cfg: cfg,
 		maxBatch:   maxBatch,
 		connClosed: make(chan struct{}),
 		statusCh:   nc.StatusChanged(nats.CLOSED),
 	}
+	t.setStream(stream)
 	go func() {
 		// Fires on CLOSED, and also when Close removes the listener.
 		<-t.statusCh
@@ -108,6 +111,65 @@ func newTopic(ctx context.Context, nc *nats.Conn, cfg Config, ownConn bool) (*To
 		return nil, nats.ErrConnectionClosed
 	}
 	return t, nil
+}
+
+// checkTopicStream checks that the stream takes cfg.Subject and its group
+// suffixes.
+func checkTopicStream(cfg Config, info *jetstream.StreamInfo) error {
+	for _, need := range []struct{ subject, use string }{
+		{cfg.Subject, "publishing without a GroupKey"},
+		{cfg.Subject + ".*", "publishing with a GroupKey"},
+	} {
+		if !covers(info.Config.Subjects, need.subject) {
+			return fmt.Errorf("jetstream: stream %s (subjects %v) does not take %q, which %s needs; add %q to the stream's subjects",
+				cfg.Stream, info.Config.Subjects, need.subject, need.use, strings.Replace(need.subject, "*", ">", 1))
+		}
+	}
+	return nil
+}
+
+// setStream records the stream (nil: not created yet) and the limits it
+// gives: the connection's max_payload, or the stream's MaxMsgSize when
+// smaller. The stream Provision creates has no MaxMsgSize.
+func (t *Topic) setStream(stream jetstream.Stream) {
+	maxPayload := t.nc.MaxPayload()
+	if stream != nil {
+		if s := int64(stream.CachedInfo().Config.MaxMsgSize); s > 0 && s < maxPayload {
+			maxPayload = s
+		}
+	}
+	t.mu.Lock()
+	t.stream, t.limits = stream, limits(t.cfg.Stream, maxPayload)
+	t.mu.Unlock()
+}
+
+func (t *Topic) currentStream() jetstream.Stream {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.stream
+}
+
+// Provision creates the stream when it is missing (only with
+// cfg.CreateStream; otherwise opening failed already). A stream another
+// process created meanwhile is used when it fits, as at open. See
+// driver.Provisioner.
+func (t *Topic) Provision(ctx context.Context) error {
+	t.provision.Lock()
+	defer t.provision.Unlock()
+	if t.currentStream() != nil {
+		return nil
+	}
+	stream, _, err := createStream(ctx, t.js, &t.cfg)
+	if err != nil {
+		return err
+	}
+	// Only a stream another process created first can fail this (ours
+	// takes the subjects), and that one is theirs to keep.
+	if err := checkTopicStream(t.cfg, stream.CachedInfo()); err != nil {
+		return err
+	}
+	t.setStream(stream)
+	return nil
 }
 
 func cmpOr(v, def int) int {
@@ -124,6 +186,12 @@ func cmpOr(v, def int) int {
 func (t *Topic) SendBatch(ctx context.Context, msgs []*driver.Message) ([]driver.SendResult, error) {
 	if len(msgs) > t.maxBatch {
 		return nil, fmt.Errorf("jetstream: batch of %d messages exceeds MaxBatch %d", len(msgs), t.maxBatch)
+	}
+	if t.currentStream() == nil {
+		// Used without dedupq.NewPublisher, which provisions first.
+		if err := t.Provision(ctx); err != nil {
+			return nil, err
+		}
 	}
 	res := make([]driver.SendResult, len(msgs))
 	futures := make([]jetstream.PubAckFuture, len(msgs))
@@ -201,12 +269,17 @@ func pubAckError(err error) error {
 func (t *Topic) MaxBatch() int { return t.maxBatch }
 
 // Limits are this backend's rules, sized to the connection's max_payload
-// (or the stream's MaxMsgSize when smaller) as read at open.
-func (t *Topic) Limits() driver.Limits { return t.limits }
+// (or the stream's MaxMsgSize when smaller) as read at open or Provision.
+func (t *Topic) Limits() driver.Limits {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.limits
+}
 
-// Window reads the stream's dedup window from the server.
+// Window reads the stream's dedup window from the server; before Provision
+// created the stream, the window it will be created with.
 func (t *Topic) Window(ctx context.Context) (window.Window, error) {
-	return streamWindow(ctx, t.js, t.stream)
+	return currentWindow(ctx, t.js, t.currentStream(), t.cfg)
 }
 
 // HiddenRetrySpan is zero: the client's own publish retries are switched
@@ -228,32 +301,128 @@ func (t *Topic) Close() error {
 	return nil
 }
 
-// openStream looks the stream up, creating it when cfg says so, and checks
-// cfg.Duplicates against it.
-func openStream(ctx context.Context, js jetstream.JetStream, cfg *Config) (jetstream.Stream, error) {
+// lookupStream looks the stream up and checks cfg.Duplicates against it.
+// A missing stream is an error, unless cfg.CreateStream: then it returns
+// nil and no error, and createStream makes the stream once the startup
+// check passed.
+func lookupStream(ctx context.Context, js jetstream.JetStream, cfg *Config) (jetstream.Stream, error) {
 	stream, err := js.Stream(ctx, cfg.Stream)
-	if errors.Is(err, jetstream.ErrStreamNotFound) && cfg.CreateStream {
-		stream, err = js.CreateStream(ctx, jetstream.StreamConfig{
-			Name:       cfg.Stream,
-			Subjects:   []string{cfg.Subject, cfg.Subject + ".>"},
-			Storage:    cfg.Storage,
-			Duplicates: cfg.Duplicates,
-		})
-		if errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) {
-			// Created by someone else meanwhile: use theirs.
-			stream, err = js.Stream(ctx, cfg.Stream)
-		}
-	}
 	switch {
+	case errors.Is(err, jetstream.ErrStreamNotFound) && cfg.CreateStream:
+		return nil, nil
 	case errors.Is(err, jetstream.ErrStreamNotFound):
 		return nil, fmt.Errorf("jetstream: stream %s does not exist (create it, or set create=true / Config.CreateStream): %w", cfg.Stream, err)
 	case err != nil:
 		return nil, fmt.Errorf("jetstream: opening stream %s: %w", cfg.Stream, err)
 	}
-	if got := stream.CachedInfo().Config.Duplicates; cfg.Duplicates != 0 && got != cfg.Duplicates {
-		return nil, fmt.Errorf("jetstream: stream %s has a dedup window (Duplicates) of %s, not the %s configured; change one of them", cfg.Stream, got, cfg.Duplicates)
+	return stream, checkStream(stream, cfg)
+}
+
+// createStream creates the stream cfg names. created is true only when the
+// stream is provably this call's: false when another process created it
+// first (that stream is then checked like one found at open, and is not
+// this process's to remove), and also on servers before 2.10, which keep
+// no stream metadata and so cannot tell.
+func createStream(ctx context.Context, js jetstream.JetStream, cfg *Config) (stream jetstream.Stream, created bool, err error) {
+	sc := streamConfig(cfg)
+	// The server answers a create of a stream that exists with the same
+	// configuration as if it had made it. A token of this create's own
+	// makes every other create's configuration differ, so that the answer
+	// tells whether this process made the stream, and may remove it.
+	var token [8]byte
+	_, _ = rand.Read(token[:])
+	sc.Metadata = map[string]string{creatorKey: hex.EncodeToString(token[:])}
+	stream, err = js.CreateStream(ctx, sc)
+	if errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) {
+		// Created by someone else meanwhile: use theirs.
+		stream, err = js.Stream(ctx, cfg.Stream)
+		if err != nil {
+			return nil, false, fmt.Errorf("jetstream: opening stream %s: %w", cfg.Stream, err)
+		}
+		return stream, false, checkStream(stream, cfg)
 	}
-	return stream, nil
+	if err != nil {
+		return nil, false, fmt.Errorf("jetstream: creating stream %s: %w", cfg.Stream, err)
+	}
+	created = stream.CachedInfo().Config.Metadata[creatorKey] == sc.Metadata[creatorKey]
+	return stream, created, nil
+}
+
+// creatorKey is the stream metadata key under which createStream leaves
+// the token of the create that made the stream.
+const creatorKey = "dedupq.creator"
+
+// streamConfig is the stream createStream makes, without its token.
+func streamConfig(cfg *Config) jetstream.StreamConfig {
+	return jetstream.StreamConfig{
+		Name:       cfg.Stream,
+		Subjects:   []string{cfg.Subject, cfg.Subject + ".>"},
+		Storage:    cfg.Storage,
+		Duplicates: cfg.Duplicates,
+	}
+}
+
+// checkStream checks cfg.Duplicates against a stream.
+func checkStream(stream jetstream.Stream, cfg *Config) error {
+	if got := stream.CachedInfo().Config.Duplicates; cfg.Duplicates != 0 && got != cfg.Duplicates {
+		return fmt.Errorf("jetstream: stream %s has a dedup window (Duplicates) of %s, not the %s configured; change one of them", cfg.Stream, got, cfg.Duplicates)
+	}
+	return nil
+}
+
+// removeCreatedStream deletes a stream this process created moments ago
+// for an open whose next step failed, unless something uses it already
+// (messages stored, a consumer made by another process): then it stays,
+// and the error says so. ctx may be the one that ran out; the removal gets
+// its own bound.
+func removeCreatedStream(ctx context.Context, js jetstream.JetStream, stream jetstream.Stream) error {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), settleTimeout)
+	defer cancel()
+	name := stream.CachedInfo().Config.Name
+	info, err := stream.Info(ctx)
+	if err != nil {
+		return fmt.Errorf("jetstream: stream %s, created for this open, is left in place: reading it: %w", name, err)
+	}
+	if n, c := info.State.Msgs, info.State.Consumers; n > 0 || c > 0 {
+		return fmt.Errorf("jetstream: stream %s, created for this open, is left in place: it is in use already (%d messages, %d consumers)", name, n, c)
+	}
+	if err := js.DeleteStream(ctx, name); err != nil {
+		return fmt.Errorf("jetstream: stream %s, created for this open, is left in place: deleting it: %w", name, err)
+	}
+	return nil
+}
+
+// currentWindow is the window of stream, or, while it is nil (not yet
+// created), of the stream cfg names: the live one if another process
+// created it meanwhile, else the one createStream will make.
+func currentWindow(ctx context.Context, js jetstream.JetStream, stream jetstream.Stream, cfg Config) (window.Window, error) {
+	if stream == nil {
+		s, err := js.Stream(ctx, cfg.Stream)
+		switch {
+		case errors.Is(err, jetstream.ErrStreamNotFound):
+			return plannedWindow(cfg), nil
+		case err != nil:
+			return window.Window{}, fmt.Errorf("jetstream: reading stream info: %w", err)
+		}
+		stream = s
+	}
+	return streamWindow(ctx, js, stream)
+}
+
+// plannedWindow is the window of the stream createStream makes: its
+// Duplicates, or the server's default.
+func plannedWindow(cfg Config) window.Window {
+	w := window.Window{
+		Backend:  "jetstream",
+		Duration: cfg.Duplicates,
+		Kind:     window.KindConfigured,
+		Source:   window.SourceConfigured,
+		Scope:    "stream " + cfg.Stream + ", to be created",
+	}
+	if w.Duration == 0 {
+		w.Duration, w.Source = DefaultWindow, window.SourceDocumented
+	}
+	return w
 }
 
 // streamWindow reads the live window of stream.

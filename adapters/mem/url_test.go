@@ -88,6 +88,8 @@ func TestURLParamErrors(t *testing.T) {
 		{"mem://url-bad?ackwait=1s&ackwait=2s", "ackwait"},
 		{"mem://?window=1m", "name"},
 		{"mem://url-bad/extra", "name"},
+		{"mem://url-bad;token=x", "name"},
+		{"mem://url-bad?token=x", "token"},
 		{"mem://url-fixed?window=3m", "window"},
 	}
 	for _, tc := range cases {

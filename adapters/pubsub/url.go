@@ -7,7 +7,6 @@ import (
 	"net"
 	"net/url"
 	"regexp"
-	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -106,54 +105,52 @@ var (
 	// letter, not with "goog".
 	resourceRE  = regexp.MustCompile(`^[A-Za-z][A-Za-z0-9._~+%-]{2,254}$`)
 	knownParams = []string{"emulator", "publish_timeout", "ack_extension", "max_extension", "max_outstanding"}
+	emuHostRE   = regexp.MustCompile(`^[A-Za-z0-9.-]+$|^[0-9A-Fa-f:.]+$`)
+	portRE      = regexp.MustCompile(`^[0-9]{1,5}$`)
+
+	credentialHint = "they come from the standard Google chain (GOOGLE_APPLICATION_CREDENTIALS, gcloud, metadata server)"
 )
 
 // ParseURL reads a pubsub:// URL without contacting anything.
 func ParseURL(u *url.URL) (URLConfig, error) {
-	raw := u.Redacted()
+	// No reason quotes a value from the URL: see dedupq.ParamError.
 	bad := func(param, format string, args ...any) error {
-		return &dedupq.ParamError{URL: raw, Param: param, Reason: fmt.Sprintf(format, args...)}
+		return dedupq.NewParamError(u, param, fmt.Sprintf(format, args...))
 	}
 	var cfg URLConfig
 	if u.Scheme != Scheme {
-		return cfg, bad("scheme", "want %q, got %q", Scheme, u.Scheme)
+		return cfg, bad("scheme", "want %s://", Scheme)
 	}
 	if u.User != nil {
-		return cfg, bad("credentials", "a pubsub URL never carries credentials: they come from the standard Google chain (GOOGLE_APPLICATION_CREDENTIALS, gcloud, metadata server)")
+		return cfg, bad("credentials", "a pubsub URL never carries credentials: %s", credentialHint)
 	}
 	if u.Port() != "" {
 		return cfg, bad("project", "the host is the project, not a server: give an emulator's address as ?emulator=HOST:PORT")
 	}
 	cfg.Project = u.Hostname()
 	if !projectRE.MatchString(cfg.Project) {
-		return cfg, bad("project", "%q is not a project ID (lowercase letters, digits and hyphens): use pubsub://PROJECT/ID", cfg.Project)
+		return cfg, bad("project", "the host is not a project ID (lowercase letters, digits and hyphens): use pubsub://PROJECT/ID")
 	}
 	cfg.ID = strings.TrimPrefix(u.Path, "/")
 	switch {
 	case cfg.ID == "":
 		return cfg, bad("id", "missing topic or subscription ID: use pubsub://PROJECT/ID")
 	case strings.Contains(cfg.ID, "/"):
-		return cfg, bad("id", "%q: the path is one topic or subscription ID, without slashes", cfg.ID)
+		return cfg, bad("id", "the path is one topic or subscription ID, without slashes")
 	case !resourceRE.MatchString(cfg.ID) || strings.HasPrefix(cfg.ID, "goog"):
-		return cfg, bad("id", "%q is not a Pub/Sub ID (3–255 characters: letters, digits, . _ ~ + %% -, starting with a letter, not with goog)", cfg.ID)
+		return cfg, bad("id", "the path is not a Pub/Sub ID (3–255 characters: letters, digits, . _ ~ + %% -, starting with a letter, not with goog)")
 	}
-	q, err := url.ParseQuery(u.RawQuery)
+	q, err := dedupq.QueryParams(u, knownParams, credentialHint)
 	if err != nil {
-		return cfg, bad("query", "malformed: %v", err)
-	}
-	for k, v := range q {
-		if !slices.Contains(knownParams, k) {
-			return cfg, bad(k, "unknown parameter (known: %s)", strings.Join(knownParams, ", "))
-		}
-		if len(v) != 1 {
-			return cfg, bad(k, "given %d times", len(v))
-		}
+		return cfg, err
 	}
 	if q.Has("emulator") {
-		cfg.Emulator = q.Get("emulator")
-		if host, port, err := net.SplitHostPort(cfg.Emulator); err != nil || host == "" || port == "" {
-			return cfg, bad("emulator", "%q is not HOST:PORT", cfg.Emulator)
+		// Only an address: the client quotes it in its errors.
+		e := q.Get("emulator")
+		if host, port, err := net.SplitHostPort(e); err != nil || !emuHostRE.MatchString(host) || !portRE.MatchString(port) {
+			return cfg, bad("emulator", "want HOST:PORT, such as 127.0.0.1:8085")
 		}
+		cfg.Emulator = e
 	}
 	durations := []struct {
 		name     string
@@ -170,14 +167,14 @@ func ParseURL(u *url.URL) (URLConfig, error) {
 		}
 		v, err := time.ParseDuration(q.Get(d.name))
 		if err != nil || v < d.min || v > d.max {
-			return cfg, bad(d.name, "%q is not a duration between %s and %s", q.Get(d.name), d.min, d.max)
+			return cfg, bad(d.name, "want a duration between %s and %s", d.min, d.max)
 		}
 		*d.dst = v
 	}
 	if q.Has("max_outstanding") {
 		n, err := strconv.Atoi(q.Get("max_outstanding"))
 		if err != nil || n <= 0 {
-			return cfg, bad("max_outstanding", "%q is not a positive integer", q.Get("max_outstanding"))
+			return cfg, bad("max_outstanding", "want a positive integer")
 		}
 		cfg.Options.MaxOutstandingMessages = n
 	}

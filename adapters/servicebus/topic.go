@@ -221,7 +221,8 @@ func (e *BatchSendError) Unwrap() error { return e.Err }
 //
 // Service Bus accepts a duplicate send silently and says nothing; so
 // SendResult.Duplicate is true only when this Topic itself stored the same
-// ID earlier within the entity's window. A duplicate of a message another
+// ID earlier within the entity's window, and never on an entity without
+// duplicate detection, which stores every send. A duplicate of a message another
 // process sent is reported as a plain success. BackendID is the MessageId:
 // Service Bus returns no sequence number on send.
 func (t *Topic) SendBatch(ctx context.Context, msgs []*driver.Message) ([]driver.SendResult, error) {
@@ -240,13 +241,17 @@ func (t *Topic) SendBatch(ctx context.Context, msgs []*driver.Message) ([]driver
 		}
 		err := t.sender.SendBatch(ctx, batch)
 		now := time.Now()
+		// Only an entity with RequiresDuplicateDetection drops a repeated
+		// MessageId; the management API reports a history window on the
+		// others too, and windowOf gives them KindNone.
+		w := windowOf(t.entity, p, t.opts.Stated != nil)
 		for _, i := range index {
 			if err != nil {
 				results[i].Err = &BatchSendError{Size: len(index), Err: err}
 				continue
 			}
 			results[i].BackendID = msgs[i].ID
-			results[i].Duplicate = t.seen.Observe(msgs[i].ID, now, p.DuplicateDetectionWindow)
+			results[i].Duplicate = t.seen.Observe(msgs[i].ID, now, w)
 		}
 		batch, index = nil, nil
 	}

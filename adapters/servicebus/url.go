@@ -7,7 +7,6 @@ import (
 	"net/url"
 	"os"
 	"regexp"
-	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -86,40 +85,33 @@ var (
 	entityNameRE = regexp.MustCompile(`^[A-Za-z0-9]([A-Za-z0-9._/-]{0,258}[A-Za-z0-9])?$`)
 	subNameRE    = regexp.MustCompile(`^[A-Za-z0-9]([A-Za-z0-9._-]{0,48}[A-Za-z0-9])?$`)
 	envNameRE    = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
+	hostRE       = regexp.MustCompile(`^[A-Za-z0-9.-]+(:[0-9]+)?$|^\[[0-9A-Fa-f:.]+\](:[0-9]+)?$`)
 	knownParams  = []string{"conn_env", "kind", "max_batch", "window", "lock_duration", "max_delivery_count", "max_message_bytes"}
-	// secretParams are names that suggest a credential in the URL.
-	secretParams = []string{"sharedaccesskey", "sharedaccesskeyname", "sharedaccesssignature", "connection_string", "connectionstring", "key", "sas", "password", "token"}
 )
+
+const credentialHint = "put the connection string in an environment variable and name it with conn_env"
 
 // ParseURL reads a servicebus:// URL. It does not touch the network or the
 // environment.
 func ParseURL(u *url.URL) (URLConfig, error) {
-	raw := u.Redacted()
+	// No reason quotes a value from the URL: see dedupq.ParamError.
 	perr := func(param, format string, args ...any) error {
-		return &dedupq.ParamError{URL: raw, Param: param, Reason: fmt.Sprintf(format, args...)}
+		return dedupq.NewParamError(u, param, fmt.Sprintf(format, args...))
 	}
 	var c URLConfig
 	if u.Scheme != Scheme {
-		return c, perr("scheme", "want %s://, got %q", Scheme, u.Scheme)
+		return c, perr("scheme", "want %s://", Scheme)
 	}
 	if u.User != nil {
-		return c, perr("userinfo", "credentials never go in a URL: put the connection string in an environment variable (conn_env)")
+		return c, perr("userinfo", "credentials never go in a URL: %s", credentialHint)
 	}
-	if u.Opaque != "" || u.Host == "" || u.Hostname() == "" {
+	if u.Opaque != "" || u.Host == "" || u.Hostname() == "" || !hostRE.MatchString(u.Host) {
 		return c, perr("host", "want the namespace host, as in servicebus://myns.servicebus.windows.net/queue")
 	}
 	c.Namespace = u.Host
-	q := u.Query()
-	for k := range q {
-		if slices.Contains(secretParams, strings.ToLower(k)) {
-			return c, perr(k, "credentials never go in a URL: put the connection string in an environment variable and name it with conn_env")
-		}
-		if !slices.Contains(knownParams, k) {
-			return c, perr(k, "unknown parameter (known: %s)", strings.Join(knownParams, ", "))
-		}
-		if len(q[k]) > 1 {
-			return c, perr(k, "given %d times", len(q[k]))
-		}
+	q, err := dedupq.QueryParams(u, knownParams, credentialHint)
+	if err != nil {
+		return c, err
 	}
 	path := strings.TrimPrefix(u.Path, "/")
 	if path == "" {
@@ -131,15 +123,15 @@ func ParseURL(u *url.URL) (URLConfig, error) {
 			return c, perr("kind", "a path with /subscriptions/ names a topic subscription, not a queue")
 		}
 		if !entityNameRE.MatchString(topic) || strings.Contains(topic, "//") {
-			return c, perr("path", "topic name %q is not a valid Service Bus entity name", topic)
+			return c, perr("path", "the topic name is not a valid Service Bus entity name")
 		}
 		if !subNameRE.MatchString(sub) {
-			return c, perr("path", "subscription name %q is not valid (letters, digits, '.', '-', '_', at most 50)", sub)
+			return c, perr("path", "the subscription name is not valid (letters, digits, '.', '-', '_', at most 50)")
 		}
 		c.Entity = Entity{Topic: topic, Subscription: sub}
 	} else {
 		if !entityNameRE.MatchString(path) || strings.Contains(path, "//") {
-			return c, perr("path", "entity name %q is not a valid Service Bus entity name", path)
+			return c, perr("path", "the entity name is not a valid Service Bus entity name (letters, digits, '.', '-', '_', '/', at most 260)")
 		}
 		switch kind {
 		case "", "queue":
@@ -147,20 +139,20 @@ func ParseURL(u *url.URL) (URLConfig, error) {
 		case "topic":
 			c.Entity = Entity{Topic: path}
 		default:
-			return c, perr("kind", "want queue or topic, got %q", kind)
+			return c, perr("kind", "want queue or topic")
 		}
 	}
 	c.ConnEnv = DefaultConnEnv
 	if v, ok := q["conn_env"]; ok {
 		if !envNameRE.MatchString(v[0]) {
-			return c, perr("conn_env", "%q is not an environment variable name", v[0])
+			return c, perr("conn_env", "not an environment variable name (letters, digits, '_')")
 		}
 		c.ConnEnv = v[0]
 	}
 	if v := q.Get("max_batch"); v != "" {
 		n, err := strconv.Atoi(v)
 		if err != nil || n < 1 || n > 4500 {
-			return c, perr("max_batch", "want a number from 1 to 4500, got %q", v)
+			return c, perr("max_batch", "want a number from 1 to 4500")
 		}
 		c.Options.MaxBatch = n
 	}
@@ -177,28 +169,28 @@ func ParseURL(u *url.URL) (URLConfig, error) {
 	if w[0] != "none" {
 		d, err := time.ParseDuration(w[0])
 		if err != nil || d < 20*time.Second || d > 7*24*time.Hour {
-			return c, perr("window", "want a duration from 20s to 168h (Service Bus's range) or none, got %q", w[0])
+			return c, perr("window", "want a duration from 20s to 168h (Service Bus's range) or none")
 		}
 		st.RequiresDuplicateDetection, st.DuplicateDetectionWindow = true, d
 	}
 	if v := q.Get("lock_duration"); v != "" {
 		d, err := time.ParseDuration(v)
 		if err != nil || d < 5*time.Second || d > 5*time.Minute {
-			return c, perr("lock_duration", "want a duration from 5s to 5m, got %q", v)
+			return c, perr("lock_duration", "want a duration from 5s to 5m")
 		}
 		st.LockDuration = d
 	}
 	if v := q.Get("max_delivery_count"); v != "" {
 		n, err := strconv.Atoi(v)
 		if err != nil || n < 1 {
-			return c, perr("max_delivery_count", "want a positive number, got %q", v)
+			return c, perr("max_delivery_count", "want a positive number")
 		}
 		st.MaxDeliveryCount = n
 	}
 	if v := q.Get("max_message_bytes"); v != "" {
 		n, err := strconv.Atoi(v)
 		if err != nil || n < 1024 || n > 100<<20 {
-			return c, perr("max_message_bytes", "want a number of bytes from 1024 to 104857600, got %q", v)
+			return c, perr("max_message_bytes", "want a number of bytes from 1024 to 104857600")
 		}
 		st.MaxMessageBytes = n
 	}
@@ -214,20 +206,22 @@ func (o *URLOpener) connect(u *url.URL) (URLConfig, *azservicebus.Client, error)
 	}
 	cs := os.Getenv(c.ConnEnv)
 	if cs == "" {
-		return c, nil, &dedupq.ParamError{URL: u.Redacted(), Param: "conn_env",
-			Reason: fmt.Sprintf("environment variable %s holds no connection string", c.ConnEnv)}
+		return c, nil, dedupq.NewParamError(u, "conn_env", fmt.Sprintf("environment variable %s holds no connection string", c.ConnEnv))
 	}
 	if host, err := endpointHost(cs); err != nil || !strings.EqualFold(host, c.Namespace) {
-		reason := fmt.Sprintf("the connection string in %s is for another namespace (%s), not %s", c.ConnEnv, host, c.Namespace)
+		if !hostRE.MatchString(host) {
+			host = dedupq.Redacted
+		}
+		reason := fmt.Sprintf("the connection string in %s is for another namespace (%s), not the URL's host", c.ConnEnv, host)
 		if err != nil {
 			reason = fmt.Sprintf("the connection string in %s: %v", c.ConnEnv, err)
 		}
-		return c, nil, &dedupq.ParamError{URL: u.Redacted(), Param: "conn_env", Reason: reason}
+		return c, nil, dedupq.NewParamError(u, "conn_env", reason)
 	}
 	if c.Options.Stated == nil {
 		a, err := admin.NewClientFromConnectionString(cs, nil)
 		if err != nil {
-			return c, nil, fmt.Errorf("dedupq/servicebus: management client: %w", err)
+			return c, nil, fmt.Errorf("dedupq/servicebus: management client: %w", connStringError(err, cs))
 		}
 		c.Options.Admin = AdminClient(a)
 	}
@@ -237,9 +231,22 @@ func (o *URLOpener) connect(u *url.URL) (URLConfig, *azservicebus.Client, error)
 	}
 	client, err := azservicebus.NewClientFromConnectionString(cs, opts)
 	if err != nil {
-		return c, nil, fmt.Errorf("dedupq/servicebus: %w", err)
+		return c, nil, fmt.Errorf("dedupq/servicebus: %w", connStringError(err, cs))
 	}
 	return c, client, nil
+}
+
+// connStringError returns the SDK's error about the connection string cs,
+// or an error with no text of its own when that text shows a value of cs
+// (the SDK quotes the Endpoint, or a value it cannot parse).
+func connStringError(err error, cs string) error {
+	msg := err.Error()
+	for part := range strings.SplitSeq(cs, ";") {
+		if _, v, ok := strings.Cut(part, "="); ok && len(strings.TrimSpace(v)) >= 3 && strings.Contains(msg, strings.TrimSpace(v)) {
+			return errors.New("the SDK refused the connection string (its message quoted the string, so it is not shown)")
+		}
+	}
+	return err
 }
 
 // endpointHost is the host (and port) of a connection string's Endpoint.
@@ -282,8 +289,7 @@ func (o *URLOpener) OpenSubscription(ctx context.Context, u *url.URL) (driver.Su
 		return nil, err
 	}
 	if c.Entity.Topic != "" && c.Entity.Subscription == "" {
-		return nil, errors.Join(&dedupq.ParamError{URL: u.Redacted(), Param: "path",
-			Reason: "a consumer needs a topic subscription: /topic/subscriptions/name"}, client.Close(ctx))
+		return nil, errors.Join(dedupq.NewParamError(u, "path", "a consumer needs a topic subscription: /topic/subscriptions/name"), client.Close(ctx))
 	}
 	ropts := &azservicebus.ReceiverOptions{ReceiveMode: azservicebus.ReceiveModePeekLock}
 	var r *azservicebus.Receiver

@@ -465,10 +465,16 @@ func (t *Topic) send(ctx context.Context, url string, entries []types.SendMessag
 	}
 	answered := make(map[string]bool, len(entries))
 	now := time.Now()
+	// Keyed by the MessageId SQS answers with, which repeats only when SQS
+	// kept an earlier message for this dedup ID (in its group, for a
+	// messageGroup-scoped queue): every FIFO queue deduplicates, with or
+	// without content-based deduplication, since the adapter always sets
+	// MessageDeduplicationId.
+	w := t.QueueInfo().Window()
 	for _, s := range out.Successful {
 		if i, ok := entryIndex(s.Id, index); ok {
 			results[i].BackendID = aws.ToString(s.MessageId)
-			results[i].Duplicate = t.seen.Observe(results[i].BackendID, now, DedupWindow)
+			results[i].Duplicate = t.seen.Observe(results[i].BackendID, now, w)
 			answered[aws.ToString(s.Id)] = true
 		}
 	}

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"net/url"
 	"regexp"
-	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -71,43 +70,45 @@ func (o *URLOpener) OpenSubscription(ctx context.Context, u *url.URL) (driver.Su
 }
 
 var (
-	queueNameRE = regexp.MustCompile(`^[A-Za-z0-9_-]{1,75}(\.fifo)?$`)
-	awsHostRE   = regexp.MustCompile(`^sqs\.([a-z0-9-]+)\.amazonaws\.com(\.cn)?$`)
-	regionRE    = regexp.MustCompile(`^[a-z0-9-]+$`)
-	knownParams = []string{"region", "endpoint", "group", "hash_long_ids", "visibility_timeout", "wait_time", "nack_backoff", "terminate", "delete_linger"}
+	queueNameRE    = regexp.MustCompile(`^[A-Za-z0-9_-]{1,75}(\.fifo)?$`)
+	awsHostRE      = regexp.MustCompile(`^sqs\.([a-z0-9-]+)\.amazonaws\.com(\.cn)?$`)
+	regionRE       = regexp.MustCompile(`^[a-z0-9-]+$`)
+	hostRE         = regexp.MustCompile(`^[A-Za-z0-9.-]+(:[0-9]+)?$|^\[[0-9A-Fa-f:.]+\](:[0-9]+)?$`)
+	credentialHint = "they come from the standard AWS chain (AWS_ACCESS_KEY_ID, profiles, roles)"
+	knownParams    = []string{"region", "endpoint", "group", "hash_long_ids", "visibility_timeout", "wait_time", "nack_backoff", "terminate", "delete_linger"}
 )
 
 // ParseURL reads an sqs:// URL into the queue (a name or a queue URL), the
 // region and endpoint it names (either may be empty) and the Options. It
 // does not contact AWS.
 func ParseURL(u *url.URL) (queue, region, endpoint string, opts *Options, err error) {
-	raw := u.Redacted()
+	// No reason quotes a value from the URL: see dedupq.ParamError.
 	bad := func(param, format string, args ...any) error {
-		return &dedupq.ParamError{URL: raw, Param: param, Reason: fmt.Sprintf(format, args...)}
+		return dedupq.NewParamError(u, param, fmt.Sprintf(format, args...))
 	}
 	if u.Scheme != Scheme {
-		return "", "", "", nil, bad("scheme", "want %q, got %q", Scheme, u.Scheme)
+		return "", "", "", nil, bad("scheme", "want %s://", Scheme)
 	}
 	if u.User != nil {
-		return "", "", "", nil, bad("credentials", "an sqs URL never carries credentials: they come from the standard AWS chain (AWS_ACCESS_KEY_ID, profiles, roles)")
+		return "", "", "", nil, bad("credentials", "an sqs URL never carries credentials: %s", credentialHint)
 	}
-	q := u.Query()
-	for k := range q {
-		if !slices.Contains(knownParams, k) {
-			return "", "", "", nil, bad(k, "unknown parameter (known: %s)", strings.Join(knownParams, ", "))
-		}
-		if len(q[k]) > 1 {
-			return "", "", "", nil, bad(k, "given %d times", len(q[k]))
-		}
+	q, err := dedupq.QueryParams(u, knownParams, credentialHint)
+	if err != nil {
+		return "", "", "", nil, err
 	}
 	region, endpoint = q.Get("region"), q.Get("endpoint")
 	if q.Has("region") && !regionRE.MatchString(region) {
-		return "", "", "", nil, bad("region", "%q is not a region name such as eu-west-1", region)
+		return "", "", "", nil, bad("region", "not a region name such as eu-west-1")
 	}
 	if q.Has("endpoint") {
 		e, perr := url.Parse(endpoint)
 		if perr != nil || (e.Scheme != "http" && e.Scheme != "https") || e.Host == "" {
-			return "", "", "", nil, bad("endpoint", "%q is not an absolute http(s) URL", endpoint)
+			return "", "", "", nil, bad("endpoint", "not an absolute http(s) URL such as http://127.0.0.1:4566")
+		}
+		// The SDK quotes the endpoint in its errors: it must hold nothing
+		// but an address.
+		if e.User != nil || e.RawQuery != "" || e.ForceQuery || e.Fragment != "" {
+			return "", "", "", nil, bad("endpoint", "credentials never go in a URL: %s; the endpoint is scheme://host:port[/path] only", credentialHint)
 		}
 	}
 	path := strings.Trim(u.Path, "/")
@@ -116,13 +117,16 @@ func ParseURL(u *url.URL) (queue, region, endpoint string, opts *Options, err er
 		return "", "", "", nil, bad("queue", "missing: give a queue name (sqs://orders.fifo) or a queue URL (sqs://HOST/ACCOUNT/orders.fifo)")
 	case path == "":
 		if !queueNameRE.MatchString(u.Host) {
-			return "", "", "", nil, bad("queue", "%q is not a queue name (up to 80 characters: letters, digits, '-', '_', optional .fifo)", u.Host)
+			return "", "", "", nil, bad("queue", "the host is not a queue name (up to 80 characters: letters, digits, '-', '_', optional .fifo)")
 		}
 		queue = u.Host
 	default:
+		if !hostRE.MatchString(u.Host) {
+			return "", "", "", nil, bad("queue", "the host is not a host name or address")
+		}
 		parts := strings.Split(path, "/")
 		if len(parts) != 2 || parts[0] == "" || !queueNameRE.MatchString(parts[1]) {
-			return "", "", "", nil, bad("queue", "path %q is not ACCOUNT/QUEUE-NAME", u.Path)
+			return "", "", "", nil, bad("queue", "the path is not ACCOUNT/QUEUE-NAME")
 		}
 		scheme := "https"
 		if strings.HasPrefix(endpoint, "http://") {
@@ -135,12 +139,12 @@ func ParseURL(u *url.URL) (queue, region, endpoint string, opts *Options, err er
 	}
 	o := &Options{DefaultGroup: q.Get("group")}
 	if q.Has("group") && !ValidID(o.DefaultGroup) {
-		return "", "", "", nil, bad("group", "%q is not a valid MessageGroupId (1–128 ASCII letters, digits and punctuation)", o.DefaultGroup)
+		return "", "", "", nil, bad("group", "not a valid MessageGroupId (1–128 ASCII letters, digits and punctuation)")
 	}
 	if q.Has("hash_long_ids") {
 		b, perr := strconv.ParseBool(q.Get("hash_long_ids"))
 		if perr != nil {
-			return "", "", "", nil, bad("hash_long_ids", "%q is not true or false", q.Get("hash_long_ids"))
+			return "", "", "", nil, bad("hash_long_ids", "want true or false")
 		}
 		o.HashLongIDs = b
 	}
@@ -159,10 +163,10 @@ func ParseURL(u *url.URL) (queue, region, endpoint string, opts *Options, err er
 		}
 		v, perr := time.ParseDuration(q.Get(d.name))
 		if perr != nil || v < d.min || v > d.max {
-			return "", "", "", nil, bad(d.name, "%q is not a duration between %s and %s", q.Get(d.name), d.min, d.max)
+			return "", "", "", nil, bad(d.name, "want a duration between %s and %s", d.min, d.max)
 		}
 		if d.name == "visibility_timeout" && v%time.Second != 0 {
-			return "", "", "", nil, bad(d.name, "%q is not a whole number of seconds", q.Get(d.name))
+			return "", "", "", nil, bad(d.name, "want a whole number of seconds")
 		}
 		*d.dst = v
 	}
@@ -173,7 +177,7 @@ func ParseURL(u *url.URL) (queue, region, endpoint string, opts *Options, err er
 		for _, s := range strings.Split(q.Get("nack_backoff"), ",") {
 			v, perr := time.ParseDuration(strings.TrimSpace(s))
 			if perr != nil || v < 0 || v > maxVisibility {
-				return "", "", "", nil, bad("nack_backoff", "%q is not a comma-separated list of durations up to 12h", q.Get("nack_backoff"))
+				return "", "", "", nil, bad("nack_backoff", "want a comma-separated list of durations up to 12h")
 			}
 			o.NackBackoff = append(o.NackBackoff, v)
 		}
@@ -183,7 +187,7 @@ func ParseURL(u *url.URL) (queue, region, endpoint string, opts *Options, err er
 	case "delete":
 		o.TerminateDeletes = true
 	default:
-		return "", "", "", nil, bad("terminate", "%q is neither dlq nor delete", t)
+		return "", "", "", nil, bad("terminate", "want dlq or delete")
 	}
 	return queue, region, endpoint, o, nil
 }
@@ -202,8 +206,7 @@ func (o *URLOpener) open(ctx context.Context, u *url.URL) (API, string, *Options
 		return nil, "", nil, fmt.Errorf("dedupq/sqs: loading the AWS configuration: %w", err)
 	}
 	if cfg.Region == "" {
-		return nil, "", nil, &dedupq.ParamError{URL: u.Redacted(), Param: "region",
-			Reason: "missing: set ?region= or AWS_REGION (or a profile's region)"}
+		return nil, "", nil, dedupq.NewParamError(u, "region", "missing: set ?region= or AWS_REGION (or a profile's region)")
 	}
 	client := awssqs.NewFromConfig(cfg, func(so *awssqs.Options) {
 		if endpoint != "" {

@@ -76,12 +76,17 @@ func TestURLParamErrors(t *testing.T) {
 		{"sqs://bad!name", "queue"},
 		{"sqs://host/only-one-part", "queue"},
 		{"sqs://host/a/b/c", "queue"},
-		{"sqs://key:secret@q.fifo", "credentials"},
+		{"sqs://key:s3cr3t@q.fifo", "credentials"},
 		{"sqs://q.fifo?regoin=eu-west-1", "regoin"},
 		{"sqs://q.fifo?region=EU_WEST", "region"},
 		{"sqs://q.fifo?region=a&region=b", "region"},
 		{"sqs://q.fifo?endpoint=localhost:4566", "endpoint"},
 		{"sqs://q.fifo?endpoint=ftp://x", "endpoint"},
+		// The SDK quotes the endpoint and the queue URL's host in its errors.
+		{"sqs://q.fifo?endpoint=http://key:s3cr3t@127.0.0.1:4566", "endpoint"},
+		{"sqs://q.fifo?endpoint=http://127.0.0.1:4566/?X-Amz-Security-Token=s3cr3t", "endpoint"},
+		{"sqs://h;key=s3cr3t/000000000000/q.fifo", "queue"},
+		{"sqs://q.fifo?aws_secret_access_key=s3cr3t", "aws_secret_access_key"},
 		{"sqs://q.fifo?group=a%20b", "group"},
 		{"sqs://q.fifo?hash_long_ids=yes-please", "hash_long_ids"},
 		{"sqs://q.fifo?visibility_timeout=1500ms", "visibility_timeout"},
@@ -101,6 +106,9 @@ func TestURLParamErrors(t *testing.T) {
 			var pe *dedupq.ParamError
 			if !errors.As(err, &pe) || pe.Param != tc.param {
 				t.Fatalf("err = %v, want a ParamError on %q", err, tc.param)
+			}
+			if strings.Contains(err.Error(), "s3cr3t") {
+				t.Errorf("error shows a secret: %v", err)
 			}
 			t.Log(err)
 		})

@@ -270,7 +270,7 @@ func startEmbedded(ctx context.Context, rawURL string) (string, func(), error) {
 
 func redact(rawURL string) string {
 	if u, err := url.Parse(rawURL); err == nil {
-		return u.Redacted()
+		return dedupq.RedactURL(u)
 	}
-	return rawURL
+	return "(a URL that does not parse)"
 }

@@ -5,7 +5,13 @@ import (
 	"fmt"
 	"testing"
 	"time"
+
+	"github.com/dedupq/dedupq/window"
 )
+
+func win(d time.Duration) window.Window {
+	return window.Window{Backend: "test", Duration: d, Kind: window.KindFixed}
+}
 
 func TestObserve(t *testing.T) {
 	const w = 5 * time.Minute
@@ -25,12 +31,35 @@ func TestObserve(t *testing.T) {
 		{"", w, false},
 		{"", w, false},
 	} {
-		if got := s.Observe(step.id, t0.Add(step.at), w); got != step.want {
+		if got := s.Observe(step.id, t0.Add(step.at), win(w)); got != step.want {
 			t.Errorf("Observe(%q) at %s = %v, want %v", step.id, step.at, got, step.want)
 		}
 	}
-	if s.Observe("c", t0, 0) || s.Observe("c", t0, 0) {
-		t.Error("with no window nothing is a duplicate")
+}
+
+// An entity that does not deduplicate stores every send, whatever length
+// its window reports (Service Bus keeps a DuplicateDetectionHistoryTimeWindow
+// on entities without RequiresDuplicateDetection).
+func TestNoProtectionNoDuplicate(t *testing.T) {
+	t0 := time.Unix(0, 0)
+	for _, tc := range []struct {
+		name string
+		w    window.Window
+	}{
+		{"zero length", win(0)},
+		{"KindNone with a length", window.Window{Backend: "test", Duration: 10 * time.Minute, Kind: window.KindNone}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var s IDs
+			for i := range 2 {
+				if s.Observe("c", t0.Add(time.Duration(i)*time.Second), tc.w) {
+					t.Errorf("send %d of the same ID reported as a duplicate under %v", i+1, tc.w)
+				}
+			}
+			if s.Len() != 0 {
+				t.Errorf("%d IDs remembered for a window that does not protect", s.Len())
+			}
+		})
 	}
 }
 
@@ -38,15 +67,15 @@ func TestBoundedForgetsOldestFirst(t *testing.T) {
 	t0 := time.Unix(0, 0)
 	s := IDs{Max: 100}
 	for i := range 110 {
-		s.Observe(fmt.Sprint(i), t0.Add(time.Duration(i)), time.Hour)
+		s.Observe(fmt.Sprint(i), t0.Add(time.Duration(i)), win(time.Hour))
 	}
 	if s.Len() > 100 {
 		t.Errorf("%d remembered, want at most 100", s.Len())
 	}
-	if s.Observe("109", t0.Add(200), time.Hour) != true {
+	if s.Observe("109", t0.Add(200), win(time.Hour)) != true {
 		t.Error("the newest ID was forgotten")
 	}
-	if s.Observe("0", t0.Add(200), time.Hour) {
+	if s.Observe("0", t0.Add(200), win(time.Hour)) {
 		t.Error("the oldest ID is still remembered past Max")
 	}
 }

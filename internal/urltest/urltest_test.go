@@ -1,0 +1,349 @@
+// Talks to: no service. URLs that fail validation must fail before any
+// dial; accepted jetstream URLs dial a loopback port nothing listens on,
+// accepted mem URLs open in-process brokers, accepted servicebus URLs stop
+// at a missing connection-string variable, and accepted sqs and pubsub
+// URLs are not opened (they would reach AWS or Google).
+package urltest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/url"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/dedupq/dedupq"
+	"github.com/dedupq/dedupq/adapters/jetstream"
+	_ "github.com/dedupq/dedupq/adapters/mem"
+	"github.com/dedupq/dedupq/adapters/pubsub"
+	"github.com/dedupq/dedupq/adapters/servicebus"
+	"github.com/dedupq/dedupq/adapters/sqs"
+)
+
+// marker is planted wherever a secret could be; no error may show it.
+const marker = "Zq9SeCrEt"
+
+// scheme is one adapter as this test drives it.
+type scheme struct {
+	name string
+	// base is a URL the adapter accepts, with a query.
+	base string
+	// known are the adapter's parameters.
+	known []string
+	// parse is the adapter's validation, which touches no network; nil
+	// means opening itself touches none (mem).
+	parse func(*url.URL) error
+	// open says whether an accepted URL may be opened here.
+	open bool
+}
+
+// unsetEnv names a connection-string variable no test sets.
+const unsetEnv = "DEDUPQ_URLTEST_UNSET"
+
+func schemes(t testing.TB) []scheme {
+	t.Helper()
+	return []scheme{
+		{
+			name:  "mem",
+			base:  "mem://urltest?window=2m",
+			known: []string{"window", "ackwait", "maxdeliveries", "backoff", "seed", "duppublish", "dupdelivery", "lostack"},
+			open:  true,
+		},
+		{
+			name:  "jetstream",
+			base:  "jetstream://" + refusingAddr(t) + "/S?subject=s&durable=d",
+			known: []string{"subject", "durable", "create", "storage", "duplicates", "ackwait", "maxdeliver", "backoff", "maxbatch"},
+			parse: func(u *url.URL) error { _, _, err := jetstream.ParseURL(u); return err },
+			open:  true,
+		},
+		{
+			name:  "sqs",
+			base:  "sqs://q.fifo?region=eu-west-1",
+			known: []string{"region", "endpoint", "group", "hash_long_ids", "visibility_timeout", "wait_time", "nack_backoff", "terminate", "delete_linger"},
+			parse: func(u *url.URL) error { _, _, _, _, err := sqs.ParseURL(u); return err },
+		},
+		{
+			name:  "pubsub",
+			base:  "pubsub://p1x/orders?emulator=127.0.0.1:8085",
+			known: []string{"emulator", "publish_timeout", "ack_extension", "max_extension", "max_outstanding"},
+			parse: func(u *url.URL) error { _, err := pubsub.ParseURL(u); return err },
+		},
+		{
+			name:  "servicebus",
+			base:  "servicebus://ns.servicebus.windows.net/orders?conn_env=" + unsetEnv + "&window=10m",
+			known: []string{"conn_env", "kind", "max_batch", "window", "lock_duration", "max_delivery_count", "max_message_bytes"},
+			parse: func(u *url.URL) error { _, err := servicebus.ParseURL(u); return err },
+			open:  true,
+		},
+	}
+}
+
+// refusingAddr is a loopback address nothing listens on: dials to it fail
+// at once.
+func refusingAddr(t testing.TB) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := l.Addr().String()
+	l.Close()
+	return addr
+}
+
+// showsMarker reports where err shows the marker, if anywhere: its text,
+// its %+v form, and the fields of a *dedupq.ParamError in it.
+func showsMarker(err error) string {
+	texts := []string{err.Error(), fmt.Sprintf("%+v", err)}
+	var pe *dedupq.ParamError
+	if errors.As(err, &pe) {
+		texts = append(texts, fmt.Sprintf("%#v", *pe))
+	}
+	for _, s := range texts {
+		if strings.Contains(strings.ToLower(s), strings.ToLower(marker)) {
+			return s
+		}
+	}
+	return ""
+}
+
+// outcome is what checkURL saw.
+type outcome int
+
+const (
+	unparsable outcome = iota
+	refused
+	accepted
+)
+
+// checkURL validates raw with sch and opens it where that is safe,
+// failing t if any error shows the marker. A URL the adapter refuses must
+// fail to open too, without dialing (the jetstream address refuses, and
+// the others would fail with a network error other than a ParamError).
+func checkURL(t *testing.T, sch scheme, raw string, openAccepted bool) outcome {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	check := func(what string, err error) {
+		t.Helper()
+		if err == nil {
+			return
+		}
+		if s := showsMarker(err); s != "" {
+			t.Errorf("%s of %q shows the planted secret: %s", what, raw, s)
+		}
+	}
+	openBoth := func() (pubErr, conErr error) {
+		p, pubErr := dedupq.OpenPublisher(ctx, raw, dedupq.PublisherOptions{})
+		if pubErr == nil {
+			p.Close(ctx)
+		}
+		c, conErr := dedupq.OpenConsumer(ctx, raw, dedupq.ConsumerOptions{})
+		if conErr == nil {
+			c.Close()
+		}
+		check("OpenPublisher", pubErr)
+		check("OpenConsumer", conErr)
+		return pubErr, conErr
+	}
+	u, err := url.Parse(raw)
+	if err != nil {
+		pubErr, _ := openBoth()
+		if pubErr == nil {
+			t.Errorf("OpenPublisher(%q) opened a URL that does not parse", raw)
+		}
+		return unparsable
+	}
+	if s := dedupq.RedactURL(u); strings.Contains(strings.ToLower(s), strings.ToLower(marker)) {
+		t.Errorf("RedactURL(%q) = %q", raw, s)
+	}
+	if sch.parse == nil {
+		if openAccepted {
+			if pubErr, conErr := openBoth(); pubErr != nil && conErr != nil {
+				return refused
+			}
+		}
+		return accepted
+	}
+	if err := sch.parse(u); err != nil {
+		check("ParseURL", err)
+		var pe *dedupq.ParamError
+		if !errors.As(err, &pe) {
+			t.Errorf("ParseURL(%q) = %v, want a *dedupq.ParamError", raw, err)
+		}
+		pubErr, conErr := openBoth()
+		if !errors.As(pubErr, &pe) || !errors.As(conErr, &pe) {
+			t.Errorf("opening refused URL %q: %v / %v, want ParamErrors before any dial", raw, pubErr, conErr)
+		}
+		return refused
+	}
+	if openAccepted && sch.open {
+		openBoth()
+	}
+	return accepted
+}
+
+// plantCase is one place a secret could be put.
+type plantCase struct {
+	name string
+	raw  string
+	// mustRefuse says the adapter must refuse the URL.
+	mustRefuse bool
+}
+
+func plants(t *testing.T, sch scheme) []plantCase {
+	base, err := url.Parse(sch.base)
+	if err != nil {
+		t.Fatal(err)
+	}
+	with := func(k, v string) string {
+		u := *base
+		q := u.Query()
+		q.Set(k, v)
+		u.RawQuery = q.Encode()
+		return u.String()
+	}
+	var cs []plantCase
+	for _, k := range []string{"SharedAccessKey", "SharedAccessSignature", "token", "aws_secret_access_key", "password", "key", "colour"} {
+		cs = append(cs, plantCase{"param " + k, with(k, marker), true})
+	}
+	for _, k := range sch.known {
+		cs = append(cs,
+			plantCase{"value of " + k, with(k, marker+"!"), false},
+			plantCase{"value of " + k + " with a space", with(k, " "+marker), false},
+			plantCase{"bad escape in " + k, sch.base + "&" + k + "=" + marker + "%zz", true},
+			plantCase{k + " twice", sch.base + "&" + k + "=" + marker + "&" + k + "=" + marker + "2", true},
+		)
+	}
+	scheme, rest, _ := strings.Cut(sch.base, "://")
+	host, path, _ := strings.Cut(rest, "/")
+	if i := strings.IndexAny(host, "?"); i >= 0 {
+		host, path = host[:i], host[i:]
+	} else {
+		path = "/" + path
+	}
+	userinfoRefused := sch.name == "sqs" || sch.name == "pubsub" || sch.name == "servicebus"
+	cs = append(cs,
+		plantCase{"bare value", sch.base + "&" + marker, true},
+		plantCase{"semicolon", sch.base + "&a=" + marker + ";b=1", true},
+		plantCase{"password", scheme + "://user:" + marker + "@" + rest, userinfoRefused},
+		plantCase{"token as user", scheme + "://" + marker + "@" + rest, userinfoRefused},
+		plantCase{"fragment", sch.base + "#" + marker, false},
+		plantCase{"connection string as path", scheme + "://" + host + "/;SharedAccessKey=" + marker, true},
+		plantCase{"connection string as host", scheme + "://ns;SharedAccessKey=" + marker + path, true},
+	)
+	return cs
+}
+
+// TestURLErrorsNeverShowSecrets plants a secret in every kind of place of
+// every registered scheme's URL: no error, from validation or from
+// opening, shows it.
+func TestURLErrorsNeverShowSecrets(t *testing.T) {
+	all := schemes(t)
+	var names []string
+	for _, s := range all {
+		names = append(names, s.name)
+	}
+	if got := dedupq.DefaultURLMux().Schemes(); !slices.Equal(got, slices.Sorted(slices.Values(names))) {
+		t.Fatalf("registered schemes %v, this test covers %v: add the new adapter here", got, names)
+	}
+	for _, sch := range all {
+		for _, pc := range plants(t, sch) {
+			t.Run(sch.name+"/"+pc.name, func(t *testing.T) {
+				if got := checkURL(t, sch, pc.raw, true); pc.mustRefuse && got == accepted {
+					t.Errorf("%q was accepted, want it refused", pc.raw)
+				}
+			})
+		}
+	}
+}
+
+// TestServiceBusConnectionStringNeverShown: the connection string comes
+// from the environment and is a secret as a whole; errors about it name
+// the variable and at most its Endpoint host.
+func TestServiceBusConnectionStringNeverShown(t *testing.T) {
+	const env = "DEDUPQ_URLTEST_SB"
+	raw := "servicebus://ns.servicebus.windows.net/orders?conn_env=" + env + "&window=10m"
+	for _, cs := range []string{
+		"Endpoint=sb://other.servicebus.windows.net/;SharedAccessKeyName=k;SharedAccessKey=" + marker,
+		"Endpoint=sb://ns.servicebus.windows.net/;SharedAccessKeyName=k;SharedAccessKey=" + marker + ";UseDevelopmentEmulator=" + marker,
+		"Endpoint=sb://ns.servicebus.windows.net/;SharedAccessKeyName=" + marker,
+		"SharedAccessKey=" + marker,
+		"Endpoint=sb://" + marker + "%zz/;SharedAccessKey=" + marker,
+		"Endpoint=sb://ns.servicebus.windows.net/;" + marker,
+	} {
+		t.Run(cs, func(t *testing.T) {
+			t.Setenv(env, cs)
+			_, err := dedupq.OpenPublisher(t.Context(), raw, dedupq.PublisherOptions{})
+			if err == nil {
+				t.Fatal("opened with a bad connection string")
+			}
+			if s := showsMarker(err); s != "" {
+				t.Errorf("error shows the connection string: %s", s)
+			}
+		})
+	}
+}
+
+// FuzzURLErrorsNeverEchoQuery: for any URL, of any registered scheme, with
+// the marker appended to every query value, the user-info and the
+// fragment, no error shows the marker. Only mem URLs are opened when
+// accepted; refused URLs of every scheme are opened too, and must fail
+// before dialing.
+func FuzzURLErrorsNeverEchoQuery(f *testing.F) {
+	for _, s := range schemes(f) {
+		_, rest, _ := strings.Cut(s.base, "://")
+		f.Add(rest)
+		f.Add(rest + "&colour=blue#frag")
+		f.Add("user:pw@" + rest + "&token=x")
+	}
+	for _, s := range []string{"h/S?subject=a&backoff=1s,,2s&maxdeliver=x", "q.fifo?endpoint=http://u:p@h:1/?x=1", "ns/t/subscriptions/s?kind=queue&x", "p/orders?emulator=a@b:1"} {
+		f.Add(s)
+	}
+	all := schemes(f)
+	f.Fuzz(func(t *testing.T, rest string) {
+		if strings.Contains(strings.ToLower(rest), strings.ToLower(marker)) {
+			return
+		}
+		for _, sch := range all {
+			u, err := url.Parse(sch.name + "://" + rest)
+			if err != nil {
+				continue
+			}
+			checkURL(t, sch, planted(u), sch.parse == nil)
+		}
+	})
+}
+
+// planted is u with the marker appended to every query value (and every
+// part without '='), the user-info and the fragment.
+func planted(u *url.URL) string {
+	v := *u
+	if v.RawQuery != "" {
+		pieces := strings.Split(v.RawQuery, "&")
+		for i, p := range pieces {
+			switch {
+			case strings.Contains(p, "="):
+				pieces[i] = p + "%21" + marker
+			case p != "":
+				pieces[i] = p + marker
+			}
+		}
+		v.RawQuery = strings.Join(pieces, "&")
+	}
+	if v.User != nil {
+		if pw, ok := v.User.Password(); ok {
+			v.User = url.UserPassword(v.User.Username()+marker, pw+marker)
+		} else {
+			v.User = url.User(v.User.Username() + marker)
+		}
+	}
+	if v.Fragment != "" || v.RawFragment != "" {
+		v.Fragment, v.RawFragment = v.Fragment+marker, ""
+	}
+	return v.String()
+}
