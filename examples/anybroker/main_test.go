@@ -79,9 +79,11 @@ func TestRunOnEveryBroker(t *testing.T) {
 		again bool                      // run a second time, within the window
 		check func(t *testing.T, out string)
 	}{
-		// The first run of a newcomer: no URL. Both checks pass and every
-		// effect runs once; the refusal is a step of its own.
-		{"default", "", false, nil, false, func(t *testing.T, out string) {
+		// The first run of a newcomer: the default URL (on a queue of its
+		// own: mem queues live as long as the process, and -count reruns).
+		// Both checks pass and every effect runs once; the refusal is a
+		// step of its own.
+		{"default", strings.Replace(defaultURL, "mem://orders?", "mem://orders-"+id+"?", 1), false, nil, false, func(t *testing.T, out string) {
 			wantOnce(t, out)
 			if !strings.Contains(out, "1. startup check refused retries for") {
 				t.Errorf("the refusal step is missing:\n%s", out)
@@ -106,6 +108,9 @@ func TestRunOnEveryBroker(t *testing.T) {
 			_, _, endpoint := need.SQSQueue(t, "example-"+id)
 			return "sqs://example-" + id + ".fifo?region=us-east-1&endpoint=" + endpoint
 		}, false, wantOnce},
+	}
+	if cases[0].url == defaultURL {
+		t.Fatalf("could not give the default URL %s a queue of its own", defaultURL)
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
