@@ -5,26 +5,26 @@ package main
 // NATS server at 127.0.0.1:4222, and on an SQS FIFO queue in the fauxqs
 // emulator (localstack/fauxqs) started, and installed from its lockfile if
 // needed, by the test. The local server, and fauxqs when node or npm is
-// missing, are skipped outside CI and fail the test under CI.
+// missing, are skipped outside CI and fail the test under CI. Each run's
+// output is checked: every effect once where both startup checks pass (the
+// default URL among them), the fallback where they refuse, and a second
+// run within the window reporting every send as a duplicate the broker
+// already stored, without waiting for deliveries.
 
 import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
-	"errors"
 	"net"
 	"os"
+	"strings"
 	"testing"
 	"time"
 
-	"github.com/aws/aws-sdk-go-v2/aws"
-	"github.com/aws/aws-sdk-go-v2/credentials"
-	awssqs "github.com/aws/aws-sdk-go-v2/service/sqs"
-	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/dedupq/dedupq/localstack/fauxqs"
+	"github.com/dedupq/dedupq/examples/internal/need"
 )
 
 // deleteStream removes the example's stream from the shared local server.
@@ -43,42 +43,28 @@ func deleteStream(server, name string) {
 	_ = js.DeleteStream(ctx, name)
 }
 
-// sqsQueue starts fauxqs and creates a FIFO queue with a dead-letter
-// queue (so the redelivery span is bounded), returning the sqs:// URL.
-func sqsQueue(t *testing.T, name string) string {
+// wantOnce fails unless the run's output shows every order's effect
+// running exactly once.
+func wantOnce(t *testing.T, out string) {
 	t.Helper()
-	emu, err := fauxqs.Start()
-	switch {
-	case err == nil:
-		t.Cleanup(func() { _ = emu.Stop() })
-	case os.Getenv("CI") != "":
-		t.Fatalf("fauxqs cannot run under CI: %v", err)
-	case !errors.Is(err, fauxqs.ErrUnavailable):
-		t.Fatalf("starting fauxqs: %v", err)
-	default:
-		t.Skipf("fauxqs cannot run here (%v); skipping outside CI", err)
+	for _, id := range []string{"order-1", "order-2", "order-3"} {
+		if want := "effect of " + id + " ran 1 time(s)\n"; !strings.Contains(out, want) {
+			t.Errorf("the output lacks %q:\n%s", want, out)
+		}
 	}
-	t.Setenv("AWS_ACCESS_KEY_ID", "test")
-	t.Setenv("AWS_SECRET_ACCESS_KEY", "test")
-	t.Setenv("AWS_EC2_METADATA_DISABLED", "true")
-	c := awssqs.New(awssqs.Options{Region: "us-east-1", BaseEndpoint: aws.String(emu.Endpoint),
-		Credentials: credentials.NewStaticCredentialsProvider("test", "test", "")})
-	ctx := t.Context()
-	dlq, err := c.CreateQueue(ctx, &awssqs.CreateQueueInput{QueueName: aws.String(name + "-dlq.fifo"), Attributes: map[string]string{"FifoQueue": "true"}})
-	if err != nil {
-		t.Fatal(err)
+}
+
+// wantAllDuplicates fails unless the run's output shows every send
+// reported as a duplicate the broker already stored, and nothing waited
+// for.
+func wantAllDuplicates(t *testing.T, out string) {
+	t.Helper()
+	if n := strings.Count(out, ": duplicate (already stored)"); n != 4 {
+		t.Errorf("%d sends reported as duplicates, want all 4:\n%s", n, out)
 	}
-	arn, err := c.GetQueueAttributes(ctx, &awssqs.GetQueueAttributesInput{QueueUrl: dlq.QueueUrl, AttributeNames: []types.QueueAttributeName{types.QueueAttributeNameQueueArn}})
-	if err != nil {
-		t.Fatal(err)
+	if !strings.Contains(out, "nothing new was stored, so nothing to consume") {
+		t.Errorf("a run that stored nothing did not say so:\n%s", out)
 	}
-	redrive := `{"deadLetterTargetArn":"` + arn.Attributes["QueueArn"] + `","maxReceiveCount":5}`
-	_, err = c.CreateQueue(ctx, &awssqs.CreateQueueInput{QueueName: aws.String(name + ".fifo"),
-		Attributes: map[string]string{"FifoQueue": "true", "VisibilityTimeout": "5", "RedrivePolicy": redrive}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return "sqs://" + name + ".fifo?region=us-east-1&endpoint=" + emu.Endpoint
 }
 
 func TestRunOnEveryBroker(t *testing.T) {
@@ -90,12 +76,41 @@ func TestRunOnEveryBroker(t *testing.T) {
 		url   string
 		local bool
 		url2  func(t *testing.T) string // when set, makes the URL
+		again bool                      // run a second time, within the window
+		check func(t *testing.T, out string)
 	}{
-		{"mem defaults", "mem://example-" + id, false, nil},
-		{"mem with window", "mem://example-w-" + id + "?window=2m&maxdeliveries=5", false, nil},
-		{"jetstream embedded", "jetstream://embedded/EX" + id + "?subject=ex" + id + "&durable=example&create=true&maxdeliver=5&storage=memory", false, nil},
-		{"jetstream local", "jetstream://127.0.0.1:4222/EX" + id + "?subject=ex" + id + "&durable=example&create=true&maxdeliver=5&storage=memory", true, nil},
-		{"sqs fauxqs", "", false, func(t *testing.T) string { return sqsQueue(t, "example-"+id) }},
+		// The first run of a newcomer: the default URL (on a queue of its
+		// own: mem queues live as long as the process, and -count reruns).
+		// Both checks pass and every effect runs once; the refusal is a
+		// step of its own.
+		{"default", strings.Replace(defaultURL, "mem://orders?", "mem://orders-"+id+"?", 1), false, nil, false, func(t *testing.T, out string) {
+			wantOnce(t, out)
+			if !strings.Contains(out, "1. startup check refused retries for") {
+				t.Errorf("the refusal step is missing:\n%s", out)
+			}
+			if strings.Contains(out, "->") {
+				t.Errorf("the default run fell back from a refused check:\n%s", out)
+			}
+		}},
+		// No window, unbounded redelivery: both checks refuse and the
+		// program falls back, saying so.
+		{"mem without window", "mem://example-" + id, false, nil, false, func(t *testing.T, out string) {
+			for _, want := range []string{"2. consumer check refused the dedup guard", "3. publisher check refused the default retries", "-> publishing without retries"} {
+				if !strings.Contains(out, want) {
+					t.Errorf("the output lacks %q:\n%s", want, out)
+				}
+			}
+		}},
+		{"mem with window", "mem://example-w-" + id + "?window=2m&maxdeliveries=5", false, nil, true, wantOnce},
+		{"jetstream embedded", "jetstream://embedded/EX" + id + "?subject=ex" + id + "&durable=example&create=true&maxdeliver=5&storage=memory", false, nil, false, wantOnce},
+		{"jetstream local", "jetstream://127.0.0.1:4222/EX" + id + "?subject=ex" + id + "&durable=example&create=true&maxdeliver=5&storage=memory", true, nil, true, wantOnce},
+		{"sqs fauxqs", "", false, func(t *testing.T) string {
+			_, _, endpoint := need.SQSQueue(t, "example-"+id)
+			return "sqs://example-" + id + ".fifo?region=us-east-1&endpoint=" + endpoint
+		}, false, wantOnce},
+	}
+	if cases[0].url == defaultURL {
+		t.Fatalf("could not give the default URL %s a queue of its own", defaultURL)
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -117,9 +132,24 @@ func TestRunOnEveryBroker(t *testing.T) {
 			}
 			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 			defer cancel()
-			if err := run(ctx, url); err != nil {
-				t.Fatalf("run(%s): %v", url, err)
+			var out strings.Builder
+			if err := run(ctx, &out, url); err != nil {
+				t.Fatalf("run(%s): %v\n%s", url, err, out.String())
 			}
+			t.Log("\n" + out.String())
+			tc.check(t, out.String())
+			if !tc.again {
+				return
+			}
+			// A second run within the window: the broker drops every send,
+			// and the run must say so and not wait for deliveries that
+			// will not come.
+			out.Reset()
+			if err := run(ctx, &out, url); err != nil {
+				t.Fatalf("second run(%s): %v\n%s", url, err, out.String())
+			}
+			t.Log("\n" + out.String())
+			wantAllDuplicates(t, out.String())
 		})
 	}
 }
