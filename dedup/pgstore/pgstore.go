@@ -208,7 +208,17 @@ func (s *Store) prepareSQL() {
 	// duplicates would cost a commit for nothing. The answer is the key's
 	// state when the statement began, which is within the call. Keys that
 	// the snapshot shows free or does not show (written since) go through
-	// ON CONFLICT, which decides on the latest row version as before.
+	// ON CONFLICT, which decides on the latest row version.
+	//
+	// When ON CONFLICT refuses such a key, the row it refused on is newer
+	// than the snapshot: another claimant (or Do) took the expired row over
+	// or inserted it, and committed while this statement waited for the row
+	// lock. The snapshot's version of that row is expired or missing, and
+	// answering from it would report a stale Completed, or the old holder's
+	// fingerprint, for a key another claimant now holds. So the read-back
+	// joins only rows the snapshot shows live; a refused key finds none and
+	// is asked again in a new statement, whose snapshot includes the commit
+	// it waited for (see flush). The common cases stay one round trip.
 	s.claimSQL = r.Replace(`WITH req AS (
 	SELECT * FROM unnest($2::text[], $3::text[], $4::text[], $5::bigint[]) AS r(key, token, fp, lease_us)
 ), ins AS (
@@ -226,7 +236,7 @@ func (s *Store) prepareSQL() {
 SELECT r.key, ins.key IS NOT NULL, d.completed, d.fingerprint, d.locked_until, d.result
 FROM req r
 LEFT JOIN ins ON ins.key = r.key
-LEFT JOIN {T} d ON ins.key IS NULL AND d.namespace = $1 AND d.key = r.key`)
+LEFT JOIN {T} d ON ins.key IS NULL AND d.namespace = $1 AND d.key = r.key AND d.expires_at > now()`)
 	// A missing row lapsed and was swept, or was released, and nobody has
 	// taken it since: its holder may write it again, with the fingerprint
 	// its token carries.
@@ -331,8 +341,8 @@ func (s *Store) Complete(ctx context.Context, key, token string, ttl time.Durati
 
 // maxRounds bounds how often one flush goes back to the database for the
 // operations a batch could not settle: a second operation on a key already
-// in the statement, and a claim that met a row committed after the
-// statement's snapshot.
+// in the statement, and a claim refused on a row version committed after
+// the statement's snapshot.
 const maxRounds = 100
 
 // flush settles a batch of claims or of completions in one round trip and
@@ -474,7 +484,8 @@ func (s *Store) readBatch(br pgx.BatchResults, async bool, claims, completes []*
 			case acquired:
 				o.out, o.settled = dedup.Claim{State: dedup.Acquired, Token: o.token}, true
 			case completed == nil:
-				// Committed after this statement's snapshot: ask again.
+				// Refused on a row version newer than this statement's
+				// snapshot: ask again, in a new snapshot.
 			case *completed:
 				o.out, o.settled = dedup.Claim{State: dedup.Completed, Fingerprint: *fp, Result: result}, true
 			default:
