@@ -244,3 +244,66 @@ func TestClaimGivenUpInFlightIsUndone(t *testing.T) {
 	}
 	keyFree(t, pool, s, table, key)
 }
+
+// The claim of TestClaimRacingTakeoverAnswersFromLatestRow, sharing its
+// statement with a claim of a free key and one of a live key: the batch
+// answers the other two at once, and the racing one from the takeover.
+func TestBatchedClaimRacingTakeover(t *testing.T) {
+	pool := connect(t, 8)
+	ctx := context.Background()
+	table := newTable(t, pool)
+	db := newHeldDB(pool)
+	s := newStore(t, db, pgstore.Options{Table: table, MaxInFlight: 1})
+	kb, kr, kf, kv := randomName("blocker-"), randomName("race-"), randomName("free-"), randomName("live-")
+	if c, err := s.Claim(ctx, kv, "fp-live", time.Hour); err != nil || c.State != dedup.Acquired {
+		t.Fatalf("claim of the live key = %+v, %v", c, err)
+	}
+	db.nextSent(t)
+	_, err := pool.Exec(ctx, `INSERT INTO `+table+` (namespace, key, token, fingerprint, completed, expires_at, result)
+		VALUES ('default', $1, 't-old', 'fp-old', true, now() - interval '1 minute', 'old')`, kr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tx, err := pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = tx.Rollback(ctx) }()
+	_, err = tx.Exec(ctx, `UPDATE `+table+` SET token = 't-new', fingerprint = 'fp-new', completed = false,
+		locked_until = now() + interval '1 hour', expires_at = now() + interval '1 hour', result = NULL
+		WHERE namespace = 'default' AND key = $1`, kr)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	release := db.hold(kb)
+	defer release()
+	blocker := claimAsync(ctx, s, kb) // occupies the only slot
+	db.nextSent(t)
+	race, free, live := claimAsync(ctx, s, kr), claimAsync(ctx, s, kf), claimAsync(ctx, s, kv)
+	queuedClaims(t, s, 3)
+	release()
+	if got := db.nextSent(t); len(got) != 3 {
+		t.Fatalf("second batch %v, want the three claims together", got)
+	}
+	waitForLockWait(t, pool, table)
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name  string
+		ch    <-chan claimed
+		state dedup.State
+		fp    string
+	}{
+		{"racing claim", race, dedup.InProgress, "fp-new"},
+		{"claim of the free key", free, dedup.Acquired, ""},
+		{"claim of the live key", live, dedup.InProgress, "fp-live"},
+		{"blocker", blocker, dedup.Acquired, ""},
+	} {
+		a := await(t, tc.name, tc.ch)
+		if a.err != nil || a.c.State != tc.state || a.c.Fingerprint != tc.fp {
+			t.Errorf("%s = %s with fingerprint %q, %v; want %s with %q", tc.name, a.c.State, a.c.Fingerprint, a.err, tc.state, tc.fp)
+		}
+	}
+}
