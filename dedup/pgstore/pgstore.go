@@ -41,6 +41,13 @@
 // Every error other than dedup.ErrLeaseLost means the store could not decide
 // and wraps dedup.ErrStoreUnavailable and the driver's error, except that
 // the caller's own cancelled or expired context is reported as such.
+//
+// A call's result depends on its own context only: it returns when that
+// context ends, while the batch it rides in goes on for the other callers
+// in it (and stops when none is left waiting). A claim that commits after
+// its caller gave up, or whose caller was told it failed, is released with
+// its own token as soon as the store learns of it, so that the key is not
+// left in progress for a whole lease with no handler running.
 package pgstore
 
 import (
@@ -111,7 +118,7 @@ type Store struct {
 	claimSQL, completeSQL, extendSQL, releaseSQL string
 	takeSQL, readSQL, resultSQL, sweepSQL        string
 
-	claims, completes *coalesce.Batcher[op]
+	claims, completes *coalesce.Batcher[*op]
 	asyncClaims       bool
 }
 
@@ -134,8 +141,8 @@ func New(db DB, o Options) (*Store, error) {
 	s.asyncClaims = o.AsyncClaims
 	// Claims and completions batch apart, because they commit
 	// differently (see Options.AsyncClaims).
-	s.claims = coalesce.New(o.MaxBatch, o.MaxInFlight, s.flush)
-	s.completes = coalesce.New(o.MaxBatch, o.MaxInFlight, s.flush)
+	s.claims = coalesce.New(o.MaxBatch, o.MaxInFlight, s.flush, s.abandoned)
+	s.completes = coalesce.New(o.MaxBatch, o.MaxInFlight, s.flush, s.abandoned)
 	return s, nil
 }
 
@@ -206,9 +213,21 @@ func (s *Store) prepareSQL() {
 	// lets go of it. The redeliveries of a key in progress would then queue
 	// their holder's completion behind their flushes, and a batch of
 	// duplicates would cost a commit for nothing. The answer is the key's
-	// state when the statement began, which is within the call. Keys that
+	// state when the statement began, which is within the call, and it is
+	// a state the key really had: the row was live then, so it was the
+	// holder's and no other claimant could take it over. Keys that
 	// the snapshot shows free or does not show (written since) go through
-	// ON CONFLICT, which decides on the latest row version as before.
+	// ON CONFLICT, which decides on the latest row version.
+	//
+	// When ON CONFLICT refuses such a key, the row it refused on is newer
+	// than the snapshot: another claimant (or Do) took the expired row over
+	// or inserted it, and committed while this statement waited for the row
+	// lock. The snapshot's version of that row is expired or missing, and
+	// answering from it would report a stale Completed, or the old holder's
+	// fingerprint, for a key another claimant now holds. So the read-back
+	// joins only rows the snapshot shows live; a refused key finds none and
+	// is asked again in a new statement, whose snapshot includes the commit
+	// it waited for (see flush). The common cases stay one round trip.
 	s.claimSQL = r.Replace(`WITH req AS (
 	SELECT * FROM unnest($2::text[], $3::text[], $4::text[], $5::bigint[]) AS r(key, token, fp, lease_us)
 ), ins AS (
@@ -226,7 +245,7 @@ func (s *Store) prepareSQL() {
 SELECT r.key, ins.key IS NOT NULL, d.completed, d.fingerprint, d.locked_until, d.result
 FROM req r
 LEFT JOIN ins ON ins.key = r.key
-LEFT JOIN {T} d ON ins.key IS NULL AND d.namespace = $1 AND d.key = r.key`)
+LEFT JOIN {T} d ON ins.key IS NULL AND d.namespace = $1 AND d.key = r.key AND d.expires_at > now()`)
 	// A missing row lapsed and was swept, or was released, and nobody has
 	// taken it since: its holder may write it again, with the fingerprint
 	// its token carries.
@@ -270,7 +289,7 @@ WHERE d.namespace = old.namespace AND d.key = old.key AND d.expires_at < now()`)
 
 // op is a Claim or a Complete waiting for a batch.
 type op struct {
-	ctx      context.Context
+	coalesce.Call
 	complete bool
 	key      string
 	token    string
@@ -280,17 +299,46 @@ type op struct {
 	out      dedup.Claim
 	lost     bool // Complete: the token no longer holds the key
 	err      error
-	settled  bool
-	done     chan struct{}
+	settled  bool // in this round
 }
 
-func (s *Store) submit(o *op) {
-	o.done = make(chan struct{})
+// submit sends o with the next batch and waits for its answer or for ctx,
+// whichever comes first; on ctx it returns ctx's error, and o may still
+// reach the database (see abandoned).
+func (s *Store) submit(ctx context.Context, o *op) error {
 	b := s.claims
 	if o.complete {
 		b = s.completes
 	}
-	b.Submit(o, func(o *op) context.Context { return o.ctx }, o.done)
+	return b.Do(ctx, o)
+}
+
+// undoTimeout bounds the release of a claim whose caller was told it
+// failed.
+const undoTimeout = 10 * time.Second
+
+// abandoned gets the operations that a batch settled after their callers
+// had given up. A claim among them that was acquired, or may have been (its
+// batch failed), holds its key under a token nobody has: release it, or the
+// key would stay in progress for a whole lease with no handler running. The
+// token is the claim's own, so the release cannot touch anyone else's.
+// Completions need no undoing: one that commits after its caller gave up
+// records an effect that did happen, with the token that ran it, which is
+// what a redelivery must find.
+func (s *Store) abandoned(late []*op) {
+	for _, o := range late {
+		if !o.complete && (o.err != nil || o.out.State == dedup.Acquired) {
+			s.undoClaim(o.key, o.token)
+		}
+	}
+}
+
+// undoClaim releases a claim whose caller was told it failed, as far as the
+// database can be reached; if it cannot, the lease frees the key.
+func (s *Store) undoClaim(key, token string) {
+	ctx, cancel := context.WithTimeout(context.Background(), undoTimeout)
+	defer cancel()
+	_ = s.Release(ctx, key, token)
 }
 
 // Claim implements dedup.Store.
@@ -298,9 +346,15 @@ func (s *Store) Claim(ctx context.Context, key, fingerprint string, lease time.D
 	if lease <= 0 {
 		return dedup.Claim{}, fmt.Errorf("pgstore: claim %q: lease %s is not positive", key, lease)
 	}
-	o := &op{ctx: ctx, key: key, token: claimtoken.New(fingerprint), fp: fingerprint, us: micros(lease)}
-	s.submit(o)
+	o := &op{key: key, token: claimtoken.New(fingerprint), fp: fingerprint, us: micros(lease)}
+	if err := s.submit(ctx, o); err != nil {
+		return dedup.Claim{}, fail(ctx, "claim", key, err)
+	}
 	if o.err != nil {
+		// The claim may have committed before the error (a connection
+		// lost after the commit, say): its caller is told it failed, so
+		// it must not keep the key.
+		go s.undoClaim(key, o.token)
 		return dedup.Claim{}, fail(ctx, "claim", key, o.err)
 	}
 	return o.out, nil
@@ -318,8 +372,10 @@ func (s *Store) Complete(ctx context.Context, key, token string, ttl time.Durati
 	if len(result) == 0 {
 		result = nil
 	}
-	o := &op{ctx: ctx, complete: true, key: key, token: token, fp: fp, us: micros(ttl), result: result}
-	s.submit(o)
+	o := &op{complete: true, key: key, token: token, fp: fp, us: micros(ttl), result: result}
+	if err := s.submit(ctx, o); err != nil {
+		return fail(ctx, "complete", key, err)
+	}
 	if o.err != nil {
 		return fail(ctx, "complete", key, o.err)
 	}
@@ -331,29 +387,23 @@ func (s *Store) Complete(ctx context.Context, key, token string, ttl time.Durati
 
 // maxRounds bounds how often one flush goes back to the database for the
 // operations a batch could not settle: a second operation on a key already
-// in the statement, and a claim that met a row committed after the
-// statement's snapshot.
+// in the statement, and a claim refused on a row version committed after
+// the statement's snapshot.
 const maxRounds = 100
 
 // flush settles a batch of claims or of completions in one round trip and
 // one implicit transaction, so that they share one commit: the WAL flush of
-// a commit, not the statement, is what limits a durable store.
+// a commit, not the statement, is what limits a durable store. ctx is the
+// batch's own (see coalesce.Batcher): it ends only when every caller in
+// the batch has given up.
 func (s *Store) flush(ctx context.Context, batch []*op) {
-	pending := make([]*op, 0, len(batch))
-	for _, o := range batch {
-		if err := o.ctx.Err(); err != nil {
-			o.err = err
-			close(o.done)
-			continue
-		}
-		pending = append(pending, o)
-	}
+	pending := batch
 	for round := 0; len(pending) > 0; round++ {
 		claims, completes, next := split(pending)
 		if round == maxRounds {
 			for _, o := range pending {
 				o.err = errors.New("operation did not settle")
-				close(o.done)
+				o.Settle()
 			}
 			return
 		}
@@ -367,7 +417,7 @@ func (s *Store) flush(ctx context.Context, batch []*op) {
 				if err != nil {
 					o.err = err
 				}
-				close(o.done)
+				o.Settle()
 			}
 		}
 		pending = next
@@ -474,7 +524,8 @@ func (s *Store) readBatch(br pgx.BatchResults, async bool, claims, completes []*
 			case acquired:
 				o.out, o.settled = dedup.Claim{State: dedup.Acquired, Token: o.token}, true
 			case completed == nil:
-				// Committed after this statement's snapshot: ask again.
+				// Refused on a row version newer than this statement's
+				// snapshot: ask again, in a new snapshot.
 			case *completed:
 				o.out, o.settled = dedup.Claim{State: dedup.Completed, Fingerprint: *fp, Result: result}, true
 			default:

@@ -248,6 +248,110 @@ func TestClaimOfLiveKeyTakesNoRowLock(t *testing.T) {
 	}
 }
 
+// waitForLockWait polls until a backend other than the test's own waits
+// for a row lock on table, which is where a claim queues behind a takeover
+// that has not committed yet.
+func waitForLockWait(t *testing.T, pool *pgxpool.Pool, table string) {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		var n int
+		err := pool.QueryRow(context.Background(), `SELECT count(*) FROM pg_stat_activity
+			WHERE wait_event_type = 'Lock' AND pid <> pg_backend_pid() AND position($1 in query) > 0`, table).Scan(&n)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n > 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the claim never waited for the takeover's row lock")
+		}
+		tm := time.NewTimer(5 * time.Millisecond)
+		<-tm.C
+	}
+}
+
+// Two claimants race on a key whose record has expired: the statement's
+// snapshot still shows the old record, the upsert waits for the row lock of
+// the other claimant's takeover, which commits, and ON CONFLICT … WHERE
+// expires_at <= now() then rightly refuses. The answer must describe the
+// takeover the refusal was decided on (the latest committed row), not the
+// expired record of the snapshot: answering Completed there makes the
+// Guard ack a delivery that nobody processed, and the old fingerprint makes
+// a reused key look like a conflict.
+func TestClaimRacingTakeoverAnswersFromLatestRow(t *testing.T) {
+	pool := connect(t, 8)
+	ctx := context.Background()
+	table := newTable(t, pool)
+	s := newStore(t, pool, pgstore.Options{Table: table})
+	takeover := map[string]string{
+		// What another Claim writes when it takes the key over.
+		"claim": `UPDATE ` + table + ` SET token = 't-new', fingerprint = 'fp-new', completed = false,
+			locked_until = now() + interval '1 hour', expires_at = now() + interval '1 hour', result = NULL
+			WHERE namespace = 'default' AND key = $1`,
+		// What Do writes: the key completed with the handler's effect.
+		"do": `UPDATE ` + table + ` SET token = 't-new', fingerprint = 'fp-new', completed = true,
+			locked_until = NULL, expires_at = now() + interval '1 hour', result = 'new'
+			WHERE namespace = 'default' AND key = $1`,
+	}
+	for _, tc := range []struct {
+		name         string
+		oldCompleted bool // the expired record: a completion past its TTL, or a lapsed claim
+		by           string
+		want         dedup.State
+	}{
+		{"ExpiredCompletionTakenByClaim", true, "claim", dedup.InProgress},
+		{"LapsedClaimTakenByClaim", false, "claim", dedup.InProgress},
+		{"ExpiredCompletionTakenByDo", true, "do", dedup.Completed},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			key := randomName("race-")
+			_, err := pool.Exec(ctx, `INSERT INTO `+table+` (namespace, key, token, fingerprint, completed, locked_until, expires_at, result)
+				VALUES ('default', $1, 't-old', 'fp-old', $2, now() - interval '1 minute', now() - interval '1 minute', 'old')`, key, tc.oldCompleted)
+			if err != nil {
+				t.Fatal(err)
+			}
+			tx, err := pool.Begin(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer func() { _ = tx.Rollback(ctx) }()
+			if _, err := tx.Exec(ctx, takeover[tc.by], key); err != nil {
+				t.Fatal(err)
+			}
+			type answer struct {
+				c   dedup.Claim
+				err error
+			}
+			got := make(chan answer, 1)
+			cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+			defer cancel()
+			go func() {
+				c, err := s.Claim(cctx, key, "fp-claimant", time.Hour)
+				got <- answer{c, err}
+			}()
+			waitForLockWait(t, pool, table)
+			if err := tx.Commit(ctx); err != nil {
+				t.Fatal(err)
+			}
+			a := <-got
+			if a.err != nil {
+				t.Fatalf("Claim: %v", a.err)
+			}
+			if a.c.State != tc.want || a.c.Fingerprint != "fp-new" {
+				t.Fatalf("Claim racing a takeover = %s with fingerprint %q, want %s with the new holder's %q", a.c.State, a.c.Fingerprint, tc.want, "fp-new")
+			}
+			if tc.want == dedup.InProgress && time.Until(a.c.LeaseUntil) < 30*time.Minute {
+				t.Fatalf("LeaseUntil = %s, want the new holder's, about an hour ahead", a.c.LeaseUntil)
+			}
+			if tc.want == dedup.Completed && string(a.c.Result) != "new" {
+				t.Fatalf("Result = %q, want the new holder's %q", a.c.Result, "new")
+			}
+		})
+	}
+}
+
 func TestSweep(t *testing.T) {
 	pool := connect(t, 8)
 	ctx := context.Background()

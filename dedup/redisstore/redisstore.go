@@ -34,6 +34,13 @@
 // decision. Processing it anyway (fail-open) is the Guard's explicit option,
 // not the store's.
 //
+// A call's result depends on its own context only: it returns when that
+// context ends, while the pipeline it rides in goes on for the other
+// callers in it. A SET NX that Redis applied after its caller gave up, or
+// whose caller was told it failed, is released with its own token as soon
+// as the store learns of it (at once when it cannot learn), so that the key
+// is not left in progress for a whole lease with no handler running.
+//
 // # What Redis cannot promise
 //
 // Redis acknowledges a write before it reaches disk: with the default
@@ -87,7 +94,7 @@ type Options struct {
 type Store struct {
 	rdb    redis.UniversalClient
 	prefix string
-	batch  *coalesce.Batcher[call]
+	batch  *coalesce.Batcher[*call]
 	// noSetGet is set once the server refused SET NX GET (before 7.0).
 	noSetGet atomic.Bool
 }
@@ -112,7 +119,7 @@ func New(rdb redis.UniversalClient, o Options) (*Store, error) {
 	}
 	s := &Store{rdb: rdb, prefix: o.Prefix + o.Namespace + ":"}
 	if o.MaxBatch > 1 {
-		s.batch = coalesce.New(o.MaxBatch, o.MaxInFlight, s.flush)
+		s.batch = coalesce.New(o.MaxBatch, o.MaxInFlight, s.flush, s.abandoned)
 	}
 	return s, nil
 }
@@ -223,13 +230,17 @@ return 1
 // call is one command, queued for a pipeline: a script run, or a plain
 // command when script is nil.
 type call struct {
-	ctx    context.Context
+	coalesce.Call
 	script *redis.Script
 	keys   []string
 	args   []any
-	val    any
-	err    error
-	done   chan struct{}
+	// claim is the dedup key and token of a Claim, for undoing it.
+	claim struct{ key, token string }
+	val   any
+	err   error
+	// gaveUp says that the caller stopped waiting while the call was
+	// queued or in flight: abandoned settles it.
+	gaveUp bool
 }
 
 // sender is what both a client and a pipeline can send a call to.
@@ -249,36 +260,66 @@ func (c *call) send(ctx context.Context, to sender, whole bool) *redis.Cmd {
 	}
 }
 
+// run sends c and waits for its answer or for ctx, whichever comes first.
 func (s *Store) run(ctx context.Context, c *call) (any, error) {
-	c.ctx = ctx
 	if s.batch == nil {
 		if c.script == nil {
 			return s.rdb.Do(ctx, c.args...).Result()
 		}
 		return c.script.Run(ctx, s.rdb, c.keys, c.args...).Result()
 	}
-	c.done = make(chan struct{})
-	s.batch.Submit(c, func(c *call) context.Context { return c.ctx }, c.done)
+	if err := s.batch.Do(ctx, c); err != nil {
+		c.gaveUp = true
+		return nil, err
+	}
 	return c.val, c.err
 }
 
-// flush sends a batch of calls in one pipeline.
-func (s *Store) flush(ctx context.Context, batch []*call) {
-	live := make([]*call, 0, len(batch))
-	for _, c := range batch {
-		if err := c.ctx.Err(); err != nil {
-			c.err = err
-			close(c.done)
+// undoTimeout bounds the release of a claim whose caller was told it
+// failed.
+const undoTimeout = 10 * time.Second
+
+// abandoned gets the calls that a pipeline answered after their callers
+// had given up. A claim among them that was acquired, or may have been (its
+// pipeline failed), holds its key under a token nobody has: release it, or
+// the key would stay in progress for a whole lease with no handler
+// running. The token is the claim's own, so the release cannot touch anyone
+// else's record. The other calls need no undoing: a completion that lands
+// after its caller gave up records an effect that did happen, with the
+// token that ran it, which is what a redelivery must find; a late release
+// frees a key its holder wanted freed; a late extension only keeps a key
+// its holder still holds (it completes or releases it, or the extended
+// lease runs out).
+func (s *Store) abandoned(late []*call) {
+	for _, c := range late {
+		if c.claim.token == "" {
 			continue
 		}
-		live = append(live, c)
+		if _, found := c.val.(string); found && c.err == nil {
+			continue // another's record: nothing taken
+		}
+		s.undoClaim(c.claim.key, c.claim.token)
 	}
+}
+
+// undoClaim releases a claim whose caller was told it failed, as far as
+// Redis can be reached; if it cannot, the lease frees the key.
+func (s *Store) undoClaim(key, token string) {
+	ctx, cancel := context.WithTimeout(context.Background(), undoTimeout)
+	defer cancel()
+	_ = s.Release(ctx, key, token)
+}
+
+// flush sends a batch of calls in one pipeline. ctx is the batch's own (see
+// coalesce.Batcher): it ends only when every caller in the batch has given
+// up.
+func (s *Store) flush(ctx context.Context, batch []*call) {
 	defer func() {
-		for _, c := range live {
-			close(c.done)
+		for _, c := range batch {
+			c.Settle()
 		}
 	}()
-	pending := live
+	pending := batch
 	// The first pass runs scripts by hash; one that the server does not
 	// know yet (first use, SCRIPT FLUSH, a failover to a fresh replica) is
 	// sent whole in a second pass, which also caches it.
@@ -316,6 +357,7 @@ func (s *Store) Claim(ctx context.Context, key, fingerprint string, lease time.D
 	if s.noSetGet.Load() {
 		c = &call{script: claimScript, keys: []string{s.Key(key)}, args: []any{rec, millis(lease)}}
 	}
+	c.claim.key, c.claim.token = key, token
 	v, err := s.run(ctx, c)
 	if err != nil && c.script == nil && redis.HasErrorPrefix(err, "ERR syntax") {
 		// Redis before 7.0 refuses NX with GET.
@@ -326,6 +368,14 @@ func (s *Store) Claim(ctx context.Context, key, fingerprint string, lease time.D
 		return dedup.Claim{State: dedup.Acquired, Token: token}, nil
 	}
 	if err != nil {
+		if !c.gaveUp {
+			// The SET may have reached Redis before the error (a reply
+			// lost, or cut off by ctx when each call goes on its own):
+			// its caller is told it failed, so it must not keep the
+			// key. A batched call whose caller gave up is undone by
+			// abandoned, once its answer is in.
+			go s.undoClaim(key, token)
+		}
 		return dedup.Claim{}, s.fail(ctx, "claim", key, err)
 	}
 	found, _ := v.(string)

@@ -5,136 +5,229 @@ package coalesce
 import (
 	"context"
 	"sync"
-	"time"
+	"sync/atomic"
 )
+
+// Call is the Batcher's part of a request: every request type embeds it,
+// and the flush calls Settle once the request has its answer.
+type Call struct {
+	ctx   context.Context
+	done  chan struct{}
+	state atomic.Int32
+	// batch is the batch that carries the request, nil while it is
+	// queued. Set under Batcher.mu before the flush starts.
+	batch *batch
+}
+
+// The states of a Call. A caller that stops waiting moves its request from
+// pending to abandoned; the flush moves it from pending to answered, or from
+// abandoned to late. Both moves are compare-and-swaps, so exactly one side
+// knows that the answer reached nobody.
+const (
+	pending int32 = iota
+	answered
+	abandoned
+	late
+)
+
+func (c *Call) call() *Call { return c }
+
+// Request is what a Batcher batches: a pointer to a struct that embeds
+// Call.
+type Request interface{ call() *Call }
+
+// Settle says that the request's answer (or error) is written and hands it
+// to its caller. The flush calls it exactly once for every request of its
+// batch, before it returns. A request whose caller had already given up is
+// handed to the Batcher's abandoned function instead.
+func (c *Call) Settle() {
+	for {
+		switch s := c.state.Load(); s {
+		case pending:
+			if !c.state.CompareAndSwap(pending, answered) {
+				continue // its caller gave up meanwhile
+			}
+			c.batch.leave()
+		case abandoned:
+			if !c.state.CompareAndSwap(abandoned, late) {
+				continue
+			}
+		default:
+			panic("coalesce: request settled twice")
+		}
+		close(c.done)
+		return
+	}
+}
+
+// batch is what the requests of one flush share.
+type batch struct {
+	// live counts the requests whose callers still wait for their answer;
+	// when it reaches zero nobody does, and the flush's context ends.
+	live   atomic.Int32
+	cancel context.CancelFunc
+}
+
+func (b *batch) leave() {
+	if b.live.Add(-1) == 0 {
+		b.cancel()
+	}
+}
 
 // Batcher coalesces requests made concurrently into one pipeline or
 // statement, so that N deliveries in flight cost one round trip instead of
-// N. It has no goroutine of its own: a caller that finds a free flush slot
-// flushes the queue itself. A caller that finds every slot busy only waits;
-// a slot holder checks the queue again after letting go of its slot, and an
-// arriving caller tries for a slot after queueing, so a queued request is
-// always picked up.
+// N. A caller that finds a free flush slot starts a goroutine that flushes
+// the queue until it is empty; a caller that finds every slot busy only
+// queues, and the holder of a slot checks the queue again after letting go
+// of it, so a queued request is always picked up.
 //
-// A caller flushes other callers' requests only until its own has its
-// answer. Were it to go on while requests keep arriving, a steady stream of
-// them (the redeliveries of a key in progress, say) would keep it flushing
-// for ever, and its caller could never act on the answer: the consumer that
-// claimed a key would never complete it, and every redelivery would find
-// the key in progress until the lease ran out. So once its own request is
-// settled a caller hands its turn to one of the callers still waiting, which
-// flushes the next batch; each caller thus waits for the batches ahead of
-// its request and at most one more, however many arrive after it.
-type Batcher[R any] struct {
-	max   int
-	slots chan struct{}
-	// turn holds at most one hand-off: a waiting caller that receives it
-	// tries for a slot and flushes.
-	turn  chan struct{}
-	flush func(ctx context.Context, batch []*R)
+// Callers never flush: each waits for its own answer or its own context,
+// whichever comes first, so neither a stream of other callers' requests
+// (the redeliveries of a key in progress, say) nor another caller's deadline
+// decides when or how a caller returns. A flush runs under a context of its
+// own, which carries the values of its first request's context but ends
+// only when every caller in the batch has given up: one caller's deadline
+// must not fail the others' requests riding in the same round trip, and a
+// round trip whose answers nobody waits for any more need not go on.
+//
+// A caller that gives up does not take its request back: it may already be
+// on its way, and the store may apply it after the caller has returned.
+// Such a request is passed, once settled, to the abandoned function given
+// to New, which undoes what only its caller could have undone (a claim that
+// was acquired for a caller who was told it failed).
+type Batcher[R Request] struct {
+	max       int
+	slots     chan struct{}
+	flush     func(ctx context.Context, batch []R)
+	abandoned func(late []R)
 
 	mu    sync.Mutex
-	queue []*R
+	queue []R
 }
 
 // New returns a Batcher that flushes at most maxBatch requests at a time,
-// with at most inFlight flushes running at once.
-func New[R any](maxBatch, inFlight int, flush func(context.Context, []*R)) *Batcher[R] {
-	return &Batcher[R]{max: maxBatch, slots: make(chan struct{}, inFlight), turn: make(chan struct{}, 1), flush: flush}
+// with at most inFlight flushes running at once. flush must Settle every
+// request of its batch before it returns. abandoned (may be nil) is called,
+// on a goroutine of its own, with the requests of a flush that were settled
+// after their callers gave up.
+func New[R Request](maxBatch, inFlight int, flush func(context.Context, []R), abandoned func(late []R)) *Batcher[R] {
+	return &Batcher[R]{max: maxBatch, slots: make(chan struct{}, inFlight), flush: flush, abandoned: abandoned}
 }
 
-// Submit queues r and returns once some caller has flushed it, which may be
-// this one. done is closed by flush when r has its answer.
-func (b *Batcher[R]) Submit(r *R, ctxOf func(*R) context.Context, done <-chan struct{}) {
+// Do queues r and waits until a flush has settled it, then returns nil and
+// r holds its answer; or until ctx is done, then it returns ctx's error and
+// r belongs to the Batcher (see Batcher and New).
+func (b *Batcher[R]) Do(ctx context.Context, r R) error {
+	c := r.call()
+	c.ctx, c.done, c.batch = ctx, make(chan struct{}), nil
+	c.state.Store(pending)
 	b.mu.Lock()
 	b.queue = append(b.queue, r)
 	b.mu.Unlock()
-	b.drain(ctxOf, done)
+	b.kick()
+	select {
+	case <-c.done:
+		return nil
+	case <-ctx.Done():
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if c.state.CompareAndSwap(pending, abandoned) {
+		if c.batch != nil {
+			c.batch.leave()
+		}
+		return ctx.Err()
+	}
+	if c.state.Load() == answered {
+		// Answered as the context ended: the answer is there, and
+		// nobody else will act on it.
+		return nil
+	}
+	return ctx.Err() // dropped from the queue (see take)
+}
+
+// Queued reports how many requests wait for a flush, for tests that need
+// requests to share a batch.
+func (b *Batcher[R]) Queued() int {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return len(b.queue)
+}
+
+// kick starts a flusher if a slot is free. A caller calls it after queueing,
+// and a flusher checks the queue after letting go of its slot, so one of
+// them always sees a request that arrives while every slot is busy.
+func (b *Batcher[R]) kick() {
+	select {
+	case b.slots <- struct{}{}:
+		go b.run()
+	default:
+	}
+}
+
+// run holds a slot and flushes batches until the queue is empty.
+func (b *Batcher[R]) run() {
 	for {
-		select {
-		case <-done:
-			return
-		case <-b.turn:
-			if closed(done) {
-				// Answered meanwhile: the turn belongs to a caller
-				// still waiting.
-				b.handOff()
+		reqs, bt, ctx := b.take()
+		if len(reqs) == 0 {
+			<-b.slots
+			if b.Queued() == 0 {
 				return
 			}
-			b.drain(ctxOf, done)
+			select {
+			case b.slots <- struct{}{}:
+				continue
+			default:
+				return // the holder of a slot will see the queue
+			}
+		}
+		b.flush(ctx, reqs)
+		bt.cancel()
+		var gone []R
+		for _, r := range reqs {
+			switch r.call().state.Load() {
+			case late:
+				gone = append(gone, r)
+			case pending, abandoned:
+				panic("coalesce: flush returned without settling a request")
+			}
+		}
+		if len(gone) > 0 && b.abandoned != nil {
+			go b.abandoned(gone)
 		}
 	}
 }
 
-// drain flushes batches while it holds a slot, the queue is not empty and
-// the caller's own request (done) has no answer yet.
-func (b *Batcher[R]) drain(ctxOf func(*R) context.Context, done <-chan struct{}) {
-	for {
-		select {
-		case b.slots <- struct{}{}:
-		default:
-			// Every slot is busy; its holder checks the queue after
-			// letting go of it.
-			return
+// take removes the next batch from the queue. Requests whose callers gave
+// up while they were queued, or whose contexts have ended, are dropped
+// unsent: nothing of them reached the store, so nothing needs undoing.
+func (b *Batcher[R]) take() ([]R, *batch, context.Context) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	var reqs []R
+	i := 0
+	for ; i < len(b.queue) && len(reqs) < b.max; i++ {
+		c := b.queue[i].call()
+		if c.ctx.Err() != nil {
+			// Its caller is leaving, or will find it dropped.
+			c.state.CompareAndSwap(pending, abandoned)
 		}
-		b.mu.Lock()
-		n := min(len(b.queue), b.max)
-		batch := make([]*R, n)
-		copy(batch, b.queue)
-		b.queue = append(b.queue[:0], b.queue[n:]...)
-		b.mu.Unlock()
-		if n > 0 {
-			ctx, cancel := batchContext(batch, ctxOf)
-			b.flush(ctx, batch)
-			cancel()
-		}
-		<-b.slots
-		b.mu.Lock()
-		empty := len(b.queue) == 0
-		b.mu.Unlock()
-		if empty {
-			return
-		}
-		if closed(done) {
-			// Everything still queued was submitted by callers
-			// waiting in Submit: wake one of them to flush it.
-			b.handOff()
-			return
+		if c.state.Load() == pending {
+			reqs = append(reqs, b.queue[i])
 		}
 	}
-}
-
-// handOff passes the turn to a waiting caller. One pending turn is enough:
-// its receiver hands it on in turn if requests remain.
-func (b *Batcher[R]) handOff() {
-	select {
-	case b.turn <- struct{}{}:
-	default:
+	n := copy(b.queue, b.queue[i:])
+	clear(b.queue[n:]) // let the taken requests go
+	b.queue = b.queue[:n]
+	if len(reqs) == 0 {
+		return nil, nil, nil
 	}
-}
-
-func closed(done <-chan struct{}) bool {
-	select {
-	case <-done:
-		return true
-	default:
-		return false
+	bt := &batch{}
+	ctx, cancel := context.WithCancel(context.WithoutCancel(reqs[0].call().ctx))
+	bt.cancel = cancel
+	bt.live.Store(int32(len(reqs)))
+	for _, r := range reqs {
+		r.call().batch = bt
 	}
-}
-
-// batchContext bounds a shared round trip by the earliest deadline among
-// its requests. It does not inherit their cancellation: one caller giving
-// up must not fail the others' requests riding in the same pipeline.
-func batchContext[R any](batch []*R, ctxOf func(*R) context.Context) (context.Context, context.CancelFunc) {
-	var earliest time.Time
-	for _, r := range batch {
-		if d, ok := ctxOf(r).Deadline(); ok && (earliest.IsZero() || d.Before(earliest)) {
-			earliest = d
-		}
-	}
-	ctx := context.WithoutCancel(ctxOf(batch[0]))
-	if earliest.IsZero() {
-		return ctx, func() {}
-	}
-	return context.WithDeadline(ctx, earliest)
+	return reqs, bt, ctx
 }

@@ -1,0 +1,309 @@
+// These tests talk to the real PostgreSQL server at 127.0.0.1:5432 (override
+// with DEDUPQ_PG_DSN), as pgstore_test.go does, through a wrapper that can
+// hold back the results of a batch of claims: the statement runs and
+// commits on the server at once, and the store reads its answer only when
+// the test lets go — a reply slow to come back.
+package pgstore_test
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/dedupq/dedupq/dedup"
+	"github.com/dedupq/dedupq/dedup/pgstore"
+	"github.com/dedupq/dedupq/dedup/storetest"
+)
+
+// heldDB is a pool whose batches of claims report their keys on sent and,
+// when they are the first to name a key in held, hand their results over
+// only once that key's gate is closed, or fail with the store's context's error if it ends
+// first.
+type heldDB struct {
+	*pgxpool.Pool
+	sent chan []string
+	mu   sync.Mutex
+	held map[string]chan struct{}
+}
+
+func newHeldDB(pool *pgxpool.Pool) *heldDB {
+	return &heldDB{Pool: pool, sent: make(chan []string, 64), held: map[string]chan struct{}{}}
+}
+
+// hold makes the next batch that claims key wait for the returned release.
+func (d *heldDB) hold(key string) (release func()) {
+	gate := make(chan struct{})
+	d.mu.Lock()
+	d.held[key] = gate
+	d.mu.Unlock()
+	return sync.OnceFunc(func() { close(gate) })
+}
+
+func (d *heldDB) SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults {
+	var keys []string
+	for _, q := range b.QueuedQueries {
+		if len(q.Arguments) > 1 {
+			if k, ok := q.Arguments[1].([]string); ok && len(q.Arguments) == 5 { // the claim statement
+				keys = k
+			}
+		}
+	}
+	br := d.Pool.SendBatch(ctx, b)
+	if keys == nil {
+		return br
+	}
+	d.sent <- slices.Clone(keys)
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	for _, k := range keys {
+		if gate := d.held[k]; gate != nil {
+			delete(d.held, k) // the first batch only
+			return &heldResults{BatchResults: br, ctx: ctx, gate: gate}
+		}
+	}
+	return br
+}
+
+type heldResults struct {
+	pgx.BatchResults
+	ctx  context.Context
+	gate chan struct{}
+	once sync.Once
+	err  error
+}
+
+func (h *heldResults) wait() error {
+	h.once.Do(func() {
+		select {
+		case <-h.gate:
+		case <-h.ctx.Done():
+			h.err = h.ctx.Err()
+		}
+	})
+	return h.err
+}
+
+func (h *heldResults) Exec() (pgconn.CommandTag, error) {
+	if err := h.wait(); err != nil {
+		return pgconn.CommandTag{}, err
+	}
+	return h.BatchResults.Exec()
+}
+
+func (h *heldResults) Query() (pgx.Rows, error) {
+	if err := h.wait(); err != nil {
+		return nil, err
+	}
+	return h.BatchResults.Query()
+}
+
+// nextSent returns the keys of the next batch of claims sent.
+func (d *heldDB) nextSent(t *testing.T) []string {
+	t.Helper()
+	select {
+	case keys := <-d.sent:
+		return keys
+	case <-time.After(20 * time.Second):
+		t.Fatal("no batch of claims was sent")
+		return nil
+	}
+}
+
+type claimed struct {
+	c   dedup.Claim
+	err error
+}
+
+func claimAsync(ctx context.Context, s *pgstore.Store, key string) <-chan claimed {
+	ch := make(chan claimed, 1)
+	go func() {
+		c, err := s.Claim(ctx, key, "fp", time.Minute)
+		ch <- claimed{c, err}
+	}()
+	return ch
+}
+
+func await(t *testing.T, what string, ch <-chan claimed) claimed {
+	t.Helper()
+	select {
+	case a := <-ch:
+		return a
+	case <-time.After(20 * time.Second):
+		t.Fatalf("%s did not return", what)
+		return claimed{}
+	}
+}
+
+func queuedClaims(t *testing.T, s *pgstore.Store, n int) {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for pgstore.QueuedClaims(s) != n {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d claims queued, want %d", pgstore.QueuedClaims(s), n)
+		}
+		tm := time.NewTimer(time.Millisecond)
+		<-tm.C
+	}
+}
+
+// keyFree polls until no live row holds key (the claim was undone), and
+// then checks that a claim acquires it.
+func keyFree(t *testing.T, pool *pgxpool.Pool, s *pgstore.Store, table, key string) {
+	t.Helper()
+	ctx := context.Background()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		var live int
+		err := pool.QueryRow(ctx, "SELECT count(*) FROM "+table+" WHERE namespace = 'default' AND key = $1 AND expires_at > now()", key).Scan(&live)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if live == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("key %q still held, by a claim whose caller was told it failed", key)
+		}
+		tm := time.NewTimer(10 * time.Millisecond)
+		<-tm.C
+	}
+	if c, err := s.Claim(ctx, key, "fp", time.Minute); err != nil || c.State != dedup.Acquired {
+		t.Fatalf("Claim of the freed key = %+v, %v; want acquired", c, err)
+	}
+}
+
+// A claim without a deadline shares a batch with a claim whose deadline
+// passes while the batch is in flight. Each caller's result depends on its
+// own context only: the one without a deadline gets its answer, the other
+// its own deadline's error, and the claim the latter made, acquired after
+// it gave up, is released rather than left held under a token nobody has.
+func TestBatchedClaimDependsOnItsOwnContextOnly(t *testing.T) {
+	pool := connect(t, 8)
+	table := newTable(t, pool)
+	db := newHeldDB(pool)
+	s := newStore(t, db, pgstore.Options{Table: table, MaxInFlight: 1})
+	kx, kl, ks := randomName("x-"), randomName("long-"), randomName("short-")
+	releaseX, releaseL := db.hold(kx), db.hold(kl)
+	defer releaseX()
+	defer releaseL()
+
+	x := claimAsync(context.Background(), s, kx) // occupies the only slot
+	if got := db.nextSent(t); !slices.Equal(got, []string{kx}) {
+		t.Fatalf("first batch %v, want [%s]", got, kx)
+	}
+	long := claimAsync(context.Background(), s, kl)
+	queuedClaims(t, s, 1)
+	sctx, expire := storetest.DeadlineContext(time.Now().Add(2 * time.Second))
+	defer expire()
+	short := claimAsync(sctx, s, ks)
+	queuedClaims(t, s, 2)
+	releaseX()
+	if got := db.nextSent(t); !slices.Contains(got, kl) || !slices.Contains(got, ks) {
+		t.Fatalf("second batch %v, want %s and %s together", got, kl, ks)
+	}
+	expire() // the short deadline passes while the batch is in flight
+	if a := await(t, "the claim whose deadline passed", short); !errors.Is(a.err, context.DeadlineExceeded) || errors.Is(a.err, dedup.ErrStoreUnavailable) {
+		t.Fatalf("claim with the passed deadline: %+v, %v; want its own context's error", a.c, a.err)
+	}
+	releaseL()
+	if a := await(t, "the claim without a deadline", long); a.err != nil || a.c.State != dedup.Acquired {
+		t.Fatalf("claim without a deadline, batched with one whose deadline passed = %+v, %v; want acquired", a.c, a.err)
+	}
+	if a := await(t, "the first claim", x); a.err != nil || a.c.State != dedup.Acquired {
+		t.Fatalf("first claim = %+v, %v", a.c, a.err)
+	}
+	keyFree(t, pool, s, table, ks)
+}
+
+// A claim whose caller gives up while it is in flight — alone in its
+// batch, so that nobody waits for the batch any more — returns its
+// context's error at once, and the key is free again afterwards: the
+// statement committed, so the store must undo it.
+func TestClaimGivenUpInFlightIsUndone(t *testing.T) {
+	pool := connect(t, 8)
+	table := newTable(t, pool)
+	db := newHeldDB(pool)
+	s := newStore(t, db, pgstore.Options{Table: table})
+	key := randomName("gone-")
+	release := db.hold(key)
+	defer release()
+	ctx, expire := storetest.DeadlineContext(time.Now().Add(2 * time.Second))
+	defer expire()
+	ch := claimAsync(ctx, s, key)
+	db.nextSent(t)
+	expire()
+	if a := await(t, "the claim whose deadline passed", ch); !errors.Is(a.err, context.DeadlineExceeded) || errors.Is(a.err, dedup.ErrStoreUnavailable) {
+		t.Fatalf("claim = %+v, %v; want its own context's error", a.c, a.err)
+	}
+	keyFree(t, pool, s, table, key)
+}
+
+// The claim of TestClaimRacingTakeoverAnswersFromLatestRow, sharing its
+// statement with a claim of a free key and one of a live key: the batch
+// answers the other two at once, and the racing one from the takeover.
+func TestBatchedClaimRacingTakeover(t *testing.T) {
+	pool := connect(t, 8)
+	ctx := context.Background()
+	table := newTable(t, pool)
+	db := newHeldDB(pool)
+	s := newStore(t, db, pgstore.Options{Table: table, MaxInFlight: 1})
+	kb, kr, kf, kv := randomName("blocker-"), randomName("race-"), randomName("free-"), randomName("live-")
+	if c, err := s.Claim(ctx, kv, "fp-live", time.Hour); err != nil || c.State != dedup.Acquired {
+		t.Fatalf("claim of the live key = %+v, %v", c, err)
+	}
+	db.nextSent(t)
+	_, err := pool.Exec(ctx, `INSERT INTO `+table+` (namespace, key, token, fingerprint, completed, expires_at, result)
+		VALUES ('default', $1, 't-old', 'fp-old', true, now() - interval '1 minute', 'old')`, kr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tx, err := pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = tx.Rollback(ctx) }()
+	_, err = tx.Exec(ctx, `UPDATE `+table+` SET token = 't-new', fingerprint = 'fp-new', completed = false,
+		locked_until = now() + interval '1 hour', expires_at = now() + interval '1 hour', result = NULL
+		WHERE namespace = 'default' AND key = $1`, kr)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	release := db.hold(kb)
+	defer release()
+	blocker := claimAsync(ctx, s, kb) // occupies the only slot
+	db.nextSent(t)
+	race, free, live := claimAsync(ctx, s, kr), claimAsync(ctx, s, kf), claimAsync(ctx, s, kv)
+	queuedClaims(t, s, 3)
+	release()
+	if got := db.nextSent(t); len(got) != 3 {
+		t.Fatalf("second batch %v, want the three claims together", got)
+	}
+	waitForLockWait(t, pool, table)
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name  string
+		ch    <-chan claimed
+		state dedup.State
+		fp    string
+	}{
+		{"racing claim", race, dedup.InProgress, "fp-new"},
+		{"claim of the free key", free, dedup.Acquired, ""},
+		{"claim of the live key", live, dedup.InProgress, "fp-live"},
+		{"blocker", blocker, dedup.Acquired, ""},
+	} {
+		a := await(t, tc.name, tc.ch)
+		if a.err != nil || a.c.State != tc.state || a.c.Fingerprint != tc.fp {
+			t.Errorf("%s = %s with fingerprint %q, %v; want %s with %q", tc.name, a.c.State, a.c.Fingerprint, a.err, tc.state, tc.fp)
+		}
+	}
+}
