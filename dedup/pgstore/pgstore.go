@@ -116,7 +116,7 @@ type Store struct {
 	table string // sanitized identifier
 
 	claimSQL, completeSQL, extendSQL, releaseSQL string
-	takeSQL, readSQL, resultSQL, sweepSQL        string
+	takeSQL, readSQL, sweepSQL                   string
 
 	claims, completes *coalesce.Batcher[*op]
 	asyncClaims       bool
@@ -280,7 +280,6 @@ SET token = excluded.token, fingerprint = excluded.fingerprint, completed = true
 WHERE d.expires_at <= now()
 RETURNING 1`)
 	s.readSQL = r.Replace(`SELECT completed, fingerprint, locked_until, result, expires_at <= now() FROM {T} WHERE namespace = $1 AND key = $2`)
-	s.resultSQL = r.Replace(`UPDATE {T} SET result = $3 WHERE namespace = $1 AND key = $2`)
 	s.sweepSQL = r.Replace(`DELETE FROM {T} d USING (
 	SELECT namespace, key FROM {T} WHERE expires_at < now() ORDER BY expires_at LIMIT $1 FOR UPDATE SKIP LOCKED
 ) old
