@@ -19,8 +19,9 @@ type GuardOptions struct {
 	// Store records the keys. Required.
 	Store Store
 	// TTL is how long a completed key is remembered. Required. It must
-	// cover the broker's redelivery span and any publisher retries beyond
-	// the broker window; dedupq.NewConsumer checks that.
+	// cover the broker's redelivery span, plus the publishers' whole retry
+	// span when that span does not fit the broker window (package window's
+	// doc has the model); dedupq.NewConsumer checks that.
 	TTL time.Duration
 	// Lease is how long a claim holds a key before another consumer may
 	// take it over. Zero follows the delivery's own lease (the broker's ack
