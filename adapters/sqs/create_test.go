@@ -539,3 +539,72 @@ func TestCreateRefusedForAWS(t *testing.T) {
 		}
 	}
 }
+
+// racingCreate is the fauxqs client with a CreateQueue that lets another
+// party create the queue named name first, with attrs, as a process
+// racing this one would.
+type racingCreate struct {
+	*awssqs.Client
+	name  string
+	attrs map[string]string
+}
+
+func (r racingCreate) CreateQueue(ctx context.Context, in *awssqs.CreateQueueInput, opts ...func(*awssqs.Options)) (*awssqs.CreateQueueOutput, error) {
+	if aws.ToString(in.QueueName) == r.name {
+		if _, err := r.Client.CreateQueue(ctx, &awssqs.CreateQueueInput{QueueName: in.QueueName, Attributes: r.attrs}); err != nil {
+			return nil, fmt.Errorf("the racing create: %w", err)
+		}
+	}
+	return r.Client.CreateQueue(ctx, in, opts...)
+}
+
+// TestCreateRace: a queue another process created between the check and
+// the create, with other attributes, is used as it is when it fits and
+// refused when it does not; either way it is left as that process made it.
+// When theirs is refused, the dead-letter queue made for ours is removed
+// (theirs does not use it); when theirs is used, it stays, unused, as
+// after any open that succeeded.
+func TestCreateRace(t *testing.T) {
+	c := needFauxqs(t)
+	dlqURL, _ := newQueue(t, c, nil)
+	theirRedrive := `{"deadLetterTargetArn":"` + queueArn(t, c, dlqURL) + `","maxReceiveCount":5}`
+	for _, tc := range []struct {
+		name    string
+		attrs   map[string]string
+		wantErr string
+	}{
+		{"theirs fits", map[string]string{"FifoQueue": "true", "VisibilityTimeout": "12", "RedrivePolicy": theirRedrive}, ""},
+		{"theirs has no redrive policy", map[string]string{"FifoQueue": "true", "VisibilityTimeout": "12"}, "exists without a RedrivePolicy"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			name := freshName(t, c)
+			api := racingCreate{Client: c, name: name, attrs: tc.attrs}
+			ctx := ctxFor(t, 10*time.Second)
+			sub, err := sqs.OpenSubscription(ctx, api, name, &sqs.Options{Create: true})
+			if err != nil {
+				t.Fatalf("OpenSubscription: %v", err)
+			}
+			defer sub.Close()
+			err = sub.Provision(ctx)
+			switch {
+			case tc.wantErr == "" && err != nil:
+				t.Fatalf("Provision: %v", err)
+			case tc.wantErr != "" && (err == nil || !strings.Contains(err.Error(), tc.wantErr)):
+				t.Fatalf("Provision: %v, want an error saying %q", err, tc.wantErr)
+			}
+			t.Log(err)
+			got := readAll(t, c, queueURLOf(t, c, name))
+			if got["VisibilityTimeout"] != "12" || got["RedrivePolicy"] != tc.attrs["RedrivePolicy"] {
+				t.Errorf("their queue was changed: %v", got)
+			}
+			if dlq := queueURLOf(t, c, sqs.DeadLetterName(name)) != ""; dlq != (err == nil) {
+				t.Errorf("the dead-letter queue made for this open exists: %v, want %v", dlq, err == nil)
+			}
+			if err == nil {
+				if r, _ := sub.Redelivery(ctx); r.AckWait != 12*time.Second || r.MaxDeliveries != 5 {
+					t.Errorf("Redelivery = %v, want theirs: 5 deliveries of 12s", r)
+				}
+			}
+		})
+	}
+}

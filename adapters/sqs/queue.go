@@ -225,7 +225,11 @@ func (q *queue) fits(info QueueInfo) error {
 // lookup returns the URL of the queue named name, or "" when there is no
 // such queue.
 func (q *queue) lookup(ctx context.Context, name string) (string, error) {
-	out, err := q.api.GetQueueUrl(ctx, &awssqs.GetQueueUrlInput{QueueName: aws.String(name)})
+	return lookupQueue(ctx, q.api, name)
+}
+
+func lookupQueue(ctx context.Context, api API, name string) (string, error) {
+	out, err := api.GetQueueUrl(ctx, &awssqs.GetQueueUrlInput{QueueName: aws.String(name)})
 	var missing *types.QueueDoesNotExist
 	switch {
 	case errors.As(err, &missing):
@@ -306,9 +310,9 @@ const creatorTag = "dedupq-creator"
 
 // create makes what is missing: the dead-letter queue, then the queue with
 // a RedrivePolicy to it. A queue another process created meanwhile is
-// used when it fits, as at open. When the queue cannot be made, a
-// dead-letter queue made for it moments ago is removed, unless something
-// uses it already.
+// used when it fits, as at open. When the queue cannot be made, or one
+// another process made does not fit, a dead-letter queue made for it
+// moments ago is removed, unless something uses it already.
 func (q *queue) create(ctx context.Context) error {
 	q.provision.Lock()
 	defer q.provision.Unlock()
@@ -343,8 +347,12 @@ func (q *queue) create(ctx context.Context) error {
 		return errors.Join(err, q.removeDeadLetter(ctx, api, dlqURL, arn, dlqOurs))
 	}
 	// Only a queue another process created first can fail this (ours
-	// fits), and that one is theirs to keep.
-	return q.read(ctx, url)
+	// fits), and that one is theirs to keep; the dead-letter queue made
+	// for ours is not, unless theirs uses it.
+	if err := q.read(ctx, url); err != nil {
+		return errors.Join(err, q.removeDeadLetter(ctx, api, dlqURL, arn, dlqOurs))
+	}
+	return nil
 }
 
 // createQueue creates the FIFO queue name with attrs and a creator tag of
@@ -361,8 +369,7 @@ func createQueue(ctx context.Context, api CreateAPI, name string, attrs map[stri
 	})
 	var exists *types.QueueNameExists
 	if errors.As(err, &exists) {
-		q := &queue{api: api}
-		if url, err = q.lookup(ctx, name); err == nil && url == "" {
+		if url, err = lookupQueue(ctx, api, name); err == nil && url == "" {
 			err = fmt.Errorf("dedupq/sqs: queue %q exists with other attributes, and then not at all: %w", name, exists)
 		}
 		return url, false, err
