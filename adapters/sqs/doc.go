@@ -92,4 +92,31 @@
 // The redelivery policy reported to the startup check is the visibility
 // timeout, RedrivePolicy.maxReceiveCount (no redrive policy: unlimited) and
 // Options.NackBackoff.
+//
+// # Creating queues on an emulator
+//
+// On AWS, queues are made with infrastructure as code, and the adapter
+// only uses them. On an emulator (fauxqs, LocalStack), create=true
+// (Options.Create) makes what the flow needs when it is missing, so that
+// one URL runs it with no queue made by hand:
+//
+//	sqs://orders.fifo?region=us-east-1&endpoint=http://127.0.0.1:4566&create=true
+//
+// It makes a FIFO dead-letter queue named DeadLetterName(queue)
+// ("orders-dlq.fifo"), then the FIFO queue with a VisibilityTimeout of
+// visibility_timeout (default 30s) and a RedrivePolicy to the dead-letter
+// queue with a maxReceiveCount of max_deliveries (default 5): a redelivery
+// span of 2m30s by default, which any dedup Guard TTL of minutes covers.
+// Nothing is created while opening: dedupq.NewPublisher and NewConsumer
+// run the startup check on the queue as it will be, and call Provision
+// only once it passed (driver.Provisioner), so a refused open leaves
+// nothing behind. If the queue cannot be made, a dead-letter queue made
+// for it moments ago is removed again, unless it is in use.
+//
+// A queue that exists is never changed: create=true checks that it is FIFO
+// and has a RedrivePolicy (and, with max_deliveries, that maxReceiveCount),
+// and fails with what to change otherwise. create=true is refused without
+// endpoint=, with an AWS endpoint (*.amazonaws.com, *.api.aws and the other
+// partitions' domains) and with a queue URL instead of a name; the error
+// lists the attributes to give the queues on AWS.
 package sqs

@@ -66,7 +66,9 @@ type Options struct {
 	// refusing them. See the package doc.
 	HashLongIDs bool
 	// VisibilityTimeout overrides the queue's visibility timeout for
-	// messages this subscription receives. Zero means the queue's.
+	// messages this subscription receives. Zero means the queue's. It is
+	// also the VisibilityTimeout of a queue Create makes (zero:
+	// DefaultCreateVisibilityTimeout).
 	VisibilityTimeout time.Duration
 	// WaitTime is the long-poll wait of each ReceiveMessage call, at most
 	// 20 s. Zero means 20 s.
@@ -83,6 +85,20 @@ type Options struct {
 	// DeleteLinger is how long an Ack waits for others to share its
 	// DeleteMessageBatch. Zero means 5 ms; negative means no waiting.
 	DeleteLinger time.Duration
+	// Create, for emulators only, makes a queue that does not exist: a FIFO
+	// dead-letter queue named DeadLetterName(queue), then the FIFO queue
+	// with VisibilityTimeout and a RedrivePolicy of MaxReceiveCount to it.
+	// Nothing is created while opening, only by Provision, once the startup
+	// check passed (see driver.Provisioner). A queue that exists is never
+	// changed: it must have a RedrivePolicy. The queue must be given by
+	// name, and the client must implement CreateAPI; a *sqs.Client
+	// without a BaseEndpoint, or with one of AWS's, is refused: on AWS,
+	// queues are made with infrastructure as code. See the package doc.
+	Create bool
+	// MaxReceiveCount is the RedrivePolicy maxReceiveCount (1–1000) of a
+	// queue Create makes; zero means DefaultMaxReceiveCount. On a queue
+	// that exists, a non-zero value must equal its maxReceiveCount.
+	MaxReceiveCount int
 }
 
 func (o *Options) orZero() Options {
@@ -100,7 +116,8 @@ var ErrNotFIFO = errors.New("not a FIFO queue")
 
 // QueueInfo is what the adapter read from the queue's attributes.
 type QueueInfo struct {
-	// URL is the queue URL.
+	// URL is the queue URL; empty for a queue Options.Create has yet to
+	// create.
 	URL string
 	// FIFO is the FifoQueue attribute.
 	FIFO bool
@@ -247,39 +264,43 @@ type Topic struct {
 	api  API
 	opts Options
 	seen recent.IDs
+	q    *queue
 
 	mu     sync.Mutex
-	info   QueueInfo
 	closed bool
 }
 
-var _ driver.Topic = (*Topic)(nil)
+var (
+	_ driver.Topic       = (*Topic)(nil)
+	_ driver.Provisioner = (*Topic)(nil)
+)
 
 // OpenTopic opens the FIFO queue queueURL (a URL or a queue name) for
 // publishing. It reads the queue's attributes and fails with an error
-// matching ErrNotFIFO for a standard queue.
+// matching ErrNotFIFO for a standard queue. With Options.Create a missing
+// queue is created by Provision; until then QueueInfo and Window report it
+// as it will be created.
 func OpenTopic(ctx context.Context, api API, queueURL string, opts *Options) (*Topic, error) {
 	o := opts.orZero()
 	if o.DefaultGroup != "" && !ValidID(o.DefaultGroup) {
 		return nil, fmt.Errorf("dedupq/sqs: DefaultGroup %q is not a valid MessageGroupId (at most %d ASCII letters, digits and punctuation)", o.DefaultGroup, MaxIDLength)
 	}
-	url, err := ResolveQueueURL(ctx, api, queueURL)
+	q, err := openQueue(ctx, api, queueURL, o)
 	if err != nil {
 		return nil, err
 	}
-	info, err := readQueue(ctx, api, url)
-	if err != nil {
-		return nil, err
-	}
-	return &Topic{api: api, opts: o, info: info}, nil
+	return &Topic{api: api, opts: o, q: q}, nil
 }
 
-// QueueInfo is the queue's attributes as last read.
-func (t *Topic) QueueInfo() QueueInfo {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	return t.info
-}
+// QueueInfo is the queue's attributes as last read; with Options.Create,
+// before Provision created the queue, the queue as it will be created
+// (with an empty URL).
+func (t *Topic) QueueInfo() QueueInfo { return t.q.current() }
+
+// Provision creates the queue and its dead-letter queue when Options.Create
+// asks for them and they are missing; otherwise it does nothing. See
+// Options.Create and driver.Provisioner.
+func (t *Topic) Provision(ctx context.Context) error { return t.q.create(ctx) }
 
 // MaxBatch is SQS's limit of 10 entries per SendMessageBatch.
 func (t *Topic) MaxBatch() int { return maxBatch }
@@ -305,13 +326,10 @@ func (t *Topic) Limits() driver.Limits {
 // Window reads the queue's attributes again and reports the 5-minute
 // window with the queue's dedup scope.
 func (t *Topic) Window(ctx context.Context) (window.Window, error) {
-	info, err := readQueue(ctx, t.api, t.QueueInfo().URL)
+	info, err := t.q.refresh(ctx)
 	if err != nil {
 		return window.Window{}, err
 	}
-	t.mu.Lock()
-	t.info = info
-	t.mu.Unlock()
 	return info.Window(), nil
 }
 
@@ -363,7 +381,9 @@ func (e *refused) Unwrap() error { return e.err }
 // SendBatch sends msgs with SendMessageBatch, one request per 10 entries
 // and 1 MiB, and returns SQS's answer for each. Failures are reported per
 // message, never for the call as a whole, because with more than one
-// request some messages may be known stored while others failed.
+// request some messages may be known stored while others failed. The one
+// exception is a queue Options.Create asks for that cannot be created
+// (see Provision): then nothing was sent.
 //
 // SQS answers a send it dropped as a duplicate with the MessageId of the
 // message it kept, and says nothing more; so SendResult.Duplicate is true
@@ -372,10 +392,15 @@ func (e *refused) Unwrap() error { return e.err }
 // process or Topic sent is reported as a plain success.
 func (t *Topic) SendBatch(ctx context.Context, msgs []*driver.Message) ([]driver.SendResult, error) {
 	t.mu.Lock()
-	closed, info := t.closed, t.info
+	closed := t.closed
 	t.mu.Unlock()
 	if closed {
 		return nil, ErrClosed
+	}
+	// Used without dedupq.NewPublisher, which provisions first.
+	info, err := t.q.ensure(ctx)
+	if err != nil {
+		return nil, err
 	}
 	results := make([]driver.SendResult, len(msgs))
 	var chunk []types.SendMessageBatchRequestEntry

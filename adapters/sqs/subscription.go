@@ -27,27 +27,27 @@ type Subscription struct {
 	api  API
 	opts Options
 	del  *deleter
+	q    *queue
 
 	mu     sync.Mutex
-	info   QueueInfo
 	closed bool
 	dlqARN string // the dead-letter target dlqURL was resolved for
 	dlqURL string
 }
 
-var _ driver.Subscription = (*Subscription)(nil)
+var (
+	_ driver.Subscription = (*Subscription)(nil)
+	_ driver.Provisioner  = (*Subscription)(nil)
+)
 
 // OpenSubscription opens the FIFO queue queueURL (a URL or a queue name)
 // for consuming. It reads the queue's attributes and fails with an error
-// matching ErrNotFIFO for a standard queue.
+// matching ErrNotFIFO for a standard queue. With Options.Create a missing
+// queue is created by Provision; until then QueueInfo, Window and
+// Redelivery report it as it will be created.
 func OpenSubscription(ctx context.Context, api API, queueURL string, opts *Options) (*Subscription, error) {
 	o := opts.orZero()
-	switch {
-	case o.VisibilityTimeout < 0 || o.VisibilityTimeout > maxVisibility:
-		return nil, fmt.Errorf("dedupq/sqs: VisibilityTimeout %s is outside SQS's 0–12h", o.VisibilityTimeout)
-	case o.VisibilityTimeout%time.Second != 0:
-		return nil, fmt.Errorf("dedupq/sqs: VisibilityTimeout %s is not a whole number of seconds, which is all SQS takes", o.VisibilityTimeout)
-	case o.WaitTime < 0 || o.WaitTime > maxWait:
+	if o.WaitTime < 0 || o.WaitTime > maxWait {
 		return nil, fmt.Errorf("dedupq/sqs: WaitTime %s is outside SQS's 0–20s", o.WaitTime)
 	}
 	for _, d := range o.NackBackoff {
@@ -61,41 +61,29 @@ func OpenSubscription(ctx context.Context, api API, queueURL string, opts *Optio
 	if o.DeleteLinger == 0 {
 		o.DeleteLinger = 5 * time.Millisecond
 	}
-	url, err := ResolveQueueURL(ctx, api, queueURL)
+	q, err := openQueue(ctx, api, queueURL, o)
 	if err != nil {
 		return nil, err
 	}
-	info, err := readQueue(ctx, api, url)
-	if err != nil {
-		return nil, err
-	}
-	s := &Subscription{api: api, opts: o, info: info}
-	s.del = newDeleter(api, url, max(o.DeleteLinger, 0))
+	s := &Subscription{api: api, opts: o, q: q}
+	s.del = newDeleter(api, func() string { return q.current().URL }, max(o.DeleteLinger, 0))
 	return s, nil
 }
 
-// QueueInfo is the queue's attributes as last read.
-func (s *Subscription) QueueInfo() QueueInfo {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.info
-}
+// QueueInfo is the queue's attributes as last read; with Options.Create,
+// before Provision created the queue, the queue as it will be created
+// (with an empty URL).
+func (s *Subscription) QueueInfo() QueueInfo { return s.q.current() }
 
-func (s *Subscription) refresh(ctx context.Context) (QueueInfo, error) {
-	info, err := readQueue(ctx, s.api, s.QueueInfo().URL)
-	if err != nil {
-		return QueueInfo{}, err
-	}
-	s.mu.Lock()
-	s.info = info
-	s.mu.Unlock()
-	return info, nil
-}
+// Provision creates the queue and its dead-letter queue when Options.Create
+// asks for them and they are missing; otherwise it does nothing. See
+// Options.Create and driver.Provisioner.
+func (s *Subscription) Provision(ctx context.Context) error { return s.q.create(ctx) }
 
 // Window reads the queue's attributes again and reports the 5-minute
 // window with the queue's dedup scope.
 func (s *Subscription) Window(ctx context.Context) (window.Window, error) {
-	info, err := s.refresh(ctx)
+	info, err := s.q.refresh(ctx)
 	if err != nil {
 		return window.Window{}, err
 	}
@@ -107,7 +95,7 @@ func (s *Subscription) Window(ctx context.Context) (window.Window, error) {
 // as AckWait, RedrivePolicy.maxReceiveCount as MaxDeliveries (unlimited
 // without a redrive policy) and Options.NackBackoff.
 func (s *Subscription) Redelivery(ctx context.Context) (window.RedeliveryPolicy, error) {
-	info, err := s.refresh(ctx)
+	info, err := s.q.refresh(ctx)
 	if err != nil {
 		return window.RedeliveryPolicy{}, err
 	}
@@ -142,10 +130,15 @@ func (s *Subscription) Receive(ctx context.Context, maxMessages int) ([]*driver.
 			return nil, err
 		}
 		s.mu.Lock()
-		closed, info := s.closed, s.info
+		closed := s.closed
 		s.mu.Unlock()
 		if closed {
 			return nil, ErrClosed
+		}
+		// Used without dedupq.NewConsumer, which provisions first.
+		info, err := s.q.ensure(ctx)
+		if err != nil {
+			return nil, err
 		}
 		wait := s.opts.WaitTime
 		if dl, ok := ctx.Deadline(); ok {
@@ -413,7 +406,7 @@ func (s *Subscription) Close() error {
 // full batch goes at once.
 type deleter struct {
 	api    API
-	url    string
+	url    func() string // the queue exists before anything is acked
 	linger time.Duration
 
 	mu      sync.Mutex
@@ -428,7 +421,7 @@ type deleteReq struct {
 	done   chan error // buffered: the sender never blocks
 }
 
-func newDeleter(api API, url string, linger time.Duration) *deleter {
+func newDeleter(api API, url func() string, linger time.Duration) *deleter {
 	return &deleter{api: api, url: url, linger: linger}
 }
 
@@ -499,7 +492,7 @@ func (dl *deleter) send(batch []*deleteReq) {
 	for i, r := range batch {
 		entries[i] = types.DeleteMessageBatchRequestEntry{Id: aws.String(strconv.Itoa(i)), ReceiptHandle: aws.String(r.handle)}
 	}
-	out, err := dl.api.DeleteMessageBatch(ctx, &awssqs.DeleteMessageBatchInput{QueueUrl: aws.String(dl.url), Entries: entries})
+	out, err := dl.api.DeleteMessageBatch(ctx, &awssqs.DeleteMessageBatchInput{QueueUrl: aws.String(dl.url()), Entries: entries})
 	if err != nil {
 		for _, r := range batch {
 			r.done <- err

@@ -41,6 +41,17 @@ func init() { dedupq.Register(Scheme, &URLOpener{}) }
 //	terminate           "dlq" (default: move to the redrive policy's dead-letter queue) or
 //	                    "delete" (Options.TerminateDeletes)
 //	delete_linger       Options.DeleteLinger ("5ms")
+//	create              Options.Create (true/false), for emulators only: with endpoint= naming one
+//	                    (refused without it, or with an AWS endpoint), create the queue when it is
+//	                    missing, with a dead-letter queue QUEUE-dlq.fifo and a RedrivePolicy
+//	max_deliveries      Options.MaxReceiveCount: the maxReceiveCount (1–1000) of a queue create=true
+//	                    makes (default 5); an existing queue's must equal it
+//
+// With create=true the created queue's VisibilityTimeout is
+// visibility_timeout's (default 30s, SQS's own). One URL then runs the whole
+// flow on an emulator, with no queue made by hand:
+//
+//	sqs://orders.fifo?region=us-east-1&endpoint=http://127.0.0.1:4566&create=true
 //
 // Credentials come from the standard AWS chain only (environment, shared
 // files, SSO, instance roles); a URL never carries them. A missing or
@@ -75,7 +86,7 @@ var (
 	regionRE       = regexp.MustCompile(`^[a-z0-9-]+$`)
 	hostRE         = regexp.MustCompile(`^[A-Za-z0-9.-]+(:[0-9]+)?$|^\[[0-9A-Fa-f:.]+\](:[0-9]+)?$`)
 	credentialHint = "they come from the standard AWS chain (AWS_ACCESS_KEY_ID, profiles, roles)"
-	knownParams    = []string{"region", "endpoint", "group", "hash_long_ids", "visibility_timeout", "wait_time", "nack_backoff", "terminate", "delete_linger"}
+	knownParams    = []string{"region", "endpoint", "group", "hash_long_ids", "visibility_timeout", "wait_time", "nack_backoff", "terminate", "delete_linger", "create", "max_deliveries"}
 )
 
 // ParseURL reads an sqs:// URL into the queue (a name or a queue URL), the
@@ -188,6 +199,25 @@ func ParseURL(u *url.URL) (queue, region, endpoint string, opts *Options, err er
 		o.TerminateDeletes = true
 	default:
 		return "", "", "", nil, bad("terminate", "want dlq or delete")
+	}
+	if q.Has("max_deliveries") {
+		n, perr := strconv.Atoi(q.Get("max_deliveries"))
+		if perr != nil || n < 1 || n > maxMaxReceiveCount {
+			return "", "", "", nil, bad("max_deliveries", "want a whole number from 1 to %d (the RedrivePolicy maxReceiveCount)", maxMaxReceiveCount)
+		}
+		o.MaxReceiveCount = n
+	}
+	if q.Has("create") {
+		b, perr := strconv.ParseBool(q.Get("create"))
+		if perr != nil {
+			return "", "", "", nil, bad("create", "want true or false")
+		}
+		if b {
+			if why := createRefusal(queue, endpoint); why != "" {
+				return "", "", "", nil, bad("create", "%s", why)
+			}
+		}
+		o.Create = b
 	}
 	return queue, region, endpoint, o, nil
 }

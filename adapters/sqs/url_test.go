@@ -41,6 +41,12 @@ func TestParseURL(t *testing.T) {
 				NackBackoff: []time.Duration{time.Second, 10 * time.Second}, TerminateDeletes: true, DeleteLinger: -1},
 		},
 		{raw: "sqs://q.fifo?terminate=dlq&delete_linger=20ms", queue: "q.fifo", opts: sqs.Options{DeleteLinger: 20 * time.Millisecond}},
+		{
+			raw:   "sqs://q.fifo?endpoint=http://127.0.0.1:4566&create=true&max_deliveries=7",
+			queue: "q.fifo", endpoint: "http://127.0.0.1:4566", opts: sqs.Options{Create: true, MaxReceiveCount: 7},
+		},
+		{raw: "sqs://q.fifo?create=false", queue: "q.fifo"},
+		{raw: "sqs://q.fifo?max_deliveries=1000", queue: "q.fifo", opts: sqs.Options{MaxReceiveCount: 1000}},
 	} {
 		t.Run(tc.raw, func(t *testing.T) {
 			u, err := url.Parse(tc.raw)
@@ -65,7 +71,7 @@ func equalOptions(a, b sqs.Options) bool {
 	return a.DefaultGroup == b.DefaultGroup && a.HashLongIDs == b.HashLongIDs &&
 		a.VisibilityTimeout == b.VisibilityTimeout && a.WaitTime == b.WaitTime &&
 		slices.Equal(a.NackBackoff, b.NackBackoff) && a.TerminateDeletes == b.TerminateDeletes &&
-		a.DeleteLinger == b.DeleteLinger
+		a.DeleteLinger == b.DeleteLinger && a.Create == b.Create && a.MaxReceiveCount == b.MaxReceiveCount
 }
 
 func TestURLParamErrors(t *testing.T) {
@@ -96,6 +102,10 @@ func TestURLParamErrors(t *testing.T) {
 		{"sqs://q.fifo?nack_backoff=1s,x", "nack_backoff"},
 		{"sqs://q.fifo?terminate=never", "terminate"},
 		{"sqs://q.fifo?delete_linger=5s", "delete_linger"},
+		{"sqs://q.fifo?endpoint=http://127.0.0.1:4566&create=maybe", "create"},
+		{"sqs://q.fifo?max_deliveries=0", "max_deliveries"},
+		{"sqs://q.fifo?max_deliveries=1001", "max_deliveries"},
+		{"sqs://q.fifo?max_deliveries=five", "max_deliveries"},
 	} {
 		t.Run(tc.raw, func(t *testing.T) {
 			u, err := url.Parse(tc.raw)

@@ -5,11 +5,20 @@
 //	go run ./examples/anybroker                      # mem://orders?window=2m&ackwait=30s&maxdeliveries=5, in memory
 //	DEDUPQ_URL='jetstream://127.0.0.1:4222/ORDERS?subject=orders&durable=anybroker&create=true&maxdeliver=5' go run ./examples/anybroker
 //	DEDUPQ_URL='jetstream://embedded/ORDERS?subject=orders&durable=anybroker&create=true&maxdeliver=5' go run ./examples/anybroker
-//	DEDUPQ_URL='sqs://orders.fifo?region=us-east-1&endpoint=http://127.0.0.1:4566' go run ./examples/anybroker
+//	DEDUPQ_URL='sqs://orders.fifo?region=us-east-1&endpoint=http://127.0.0.1:4566&create=true' go run ./examples/anybroker
 //
 // The host "embedded" starts a NATS server inside the process (package
 // adapters/jetstream/embedded), so the JetStream run needs no service
-// either.
+// either. The SQS run needs an emulator on port 4566 and any credentials:
+// fauxqs, started in another terminal with
+//
+//	npm ci --prefix localstack/fauxqs && npx --prefix localstack/fauxqs fauxqs
+//
+// and AWS_ACCESS_KEY_ID=test AWS_SECRET_ACCESS_KEY=test here (or LocalStack,
+// see localstack/README.md). create=true makes the FIFO queue orders.fifo,
+// its dead-letter queue orders-dlq.fifo and the redrive policy (5
+// deliveries of 30s) once the startup checks pass; it is refused for AWS's
+// own endpoints, where queues are made with infrastructure as code.
 //
 // Each broker is linked in by importing its adapter package, the way
 // database/sql drivers are. What the program does adapt to is what the
@@ -26,6 +35,10 @@
 // Run it twice within the window on a broker that outlives the process
 // (the local NATS server): the second run's sends are reported as
 // duplicates the broker already stored, and it has nothing new to consume.
+// Not so on SQS, which does not tell a process that its send duplicated
+// another's (see adapters/sqs): a second SQS run within 5 minutes waits
+// for deliveries that never come and fails after 30s. Use another queue
+// name, or wait 5 minutes.
 package main
 
 import (

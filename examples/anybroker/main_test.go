@@ -2,9 +2,9 @@ package main
 
 // Runs the example unchanged on the in-memory broker, on an embedded NATS
 // server started in this process (the URL host "embedded"), on the local
-// NATS server at 127.0.0.1:4222, and on an SQS FIFO queue in the fauxqs
-// emulator (localstack/fauxqs) started, and installed from its lockfile if
-// needed, by the test. The local server, and fauxqs when node or npm is
+// NATS server at 127.0.0.1:4222, and on an SQS FIFO queue that create=true
+// makes in the fauxqs emulator (localstack/fauxqs) started, and installed
+// from its lockfile if needed, by the test. The local server, and fauxqs when node or npm is
 // missing, are skipped outside CI and fail the test under CI. Each run's
 // output is checked: every effect once where both startup checks pass (the
 // default URL among them), the fallback where they refuse, and a second
@@ -104,9 +104,10 @@ func TestRunOnEveryBroker(t *testing.T) {
 		{"mem with window", "mem://example-w-" + id + "?window=2m&maxdeliveries=5", false, nil, true, wantOnce},
 		{"jetstream embedded", "jetstream://embedded/EX" + id + "?subject=ex" + id + "&durable=example&create=true&maxdeliver=5&storage=memory", false, nil, false, wantOnce},
 		{"jetstream local", "jetstream://127.0.0.1:4222/EX" + id + "?subject=ex" + id + "&durable=example&create=true&maxdeliver=5&storage=memory", true, nil, true, wantOnce},
+		// One URL, no queue made by hand: create=true makes the queue, its
+		// dead-letter queue and the redrive policy once both checks pass.
 		{"sqs fauxqs", "", false, func(t *testing.T) string {
-			_, _, endpoint := need.SQSQueue(t, "example-"+id)
-			return "sqs://example-" + id + ".fifo?region=us-east-1&endpoint=" + endpoint
+			return "sqs://example-" + id + ".fifo?region=us-east-1&endpoint=" + need.Fauxqs(t) + "&create=true"
 		}, false, wantOnce},
 	}
 	if cases[0].url == defaultURL {

@@ -13,13 +13,11 @@ import (
 	"github.com/dedupq/dedupq/localstack/fauxqs"
 )
 
-// SQSQueue starts the fauxqs emulator (localstack/fauxqs, installed from
-// its lockfile if needed) and creates the FIFO queue name+".fifo" with a
-// visibility timeout of 5s and a dead-letter queue after 5 receives, so
-// that its redelivery is bounded. It returns a client for the emulator,
-// the queue's URL, and the emulator's endpoint. It skips t outside CI when
-// node or npm is missing, and fails it under CI.
-func SQSQueue(t testing.TB, name string) (client *awssqs.Client, queueURL, endpoint string) {
+// Fauxqs starts the fauxqs emulator (localstack/fauxqs, installed from its
+// lockfile if needed), sets static test credentials in the environment
+// for the standard AWS chain, and returns the emulator's endpoint. It
+// skips t outside CI when node or npm is missing, and fails it under CI.
+func Fauxqs(t testing.TB) (endpoint string) {
 	t.Helper()
 	emu, err := fauxqs.Start()
 	switch {
@@ -35,7 +33,17 @@ func SQSQueue(t testing.TB, name string) (client *awssqs.Client, queueURL, endpo
 	t.Setenv("AWS_ACCESS_KEY_ID", "test")
 	t.Setenv("AWS_SECRET_ACCESS_KEY", "test")
 	t.Setenv("AWS_EC2_METADATA_DISABLED", "true")
-	c := awssqs.New(awssqs.Options{Region: "us-east-1", BaseEndpoint: aws.String(emu.Endpoint),
+	return emu.Endpoint
+}
+
+// SQSQueue starts fauxqs (see Fauxqs) and creates the FIFO queue
+// name+".fifo" with a visibility timeout of 5s and a dead-letter queue
+// after 5 receives, so that its redelivery is bounded. It returns a client
+// for the emulator, the queue's URL, and the emulator's endpoint.
+func SQSQueue(t testing.TB, name string) (client *awssqs.Client, queueURL, endpoint string) {
+	t.Helper()
+	endpoint = Fauxqs(t)
+	c := awssqs.New(awssqs.Options{Region: "us-east-1", BaseEndpoint: aws.String(endpoint),
 		Credentials: credentials.NewStaticCredentialsProvider("test", "test", "")})
 	ctx := t.Context()
 	dlq, err := c.CreateQueue(ctx, &awssqs.CreateQueueInput{QueueName: aws.String(name + "-dlq.fifo"), Attributes: map[string]string{"FifoQueue": "true"}})
@@ -52,5 +60,5 @@ func SQSQueue(t testing.TB, name string) (client *awssqs.Client, queueURL, endpo
 	if err != nil {
 		t.Fatal(err)
 	}
-	return c, *q.QueueUrl, emu.Endpoint
+	return c, *q.QueueUrl, endpoint
 }
