@@ -10,6 +10,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
+	"fmt"
 	"os"
 	"runtime"
 	"runtime/pprof"
@@ -22,6 +23,16 @@ import (
 	"github.com/dedupq/dedupq/adapters/jetstream/embedded"
 	"github.com/dedupq/dedupq/window"
 )
+
+// TestMain removes the in-process server's store, whichever tests ran.
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if err := embedded.Shutdown(context.Background()); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		code = 1
+	}
+	os.Exit(code)
+}
 
 func ctxT(t *testing.T) context.Context {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
