@@ -35,6 +35,16 @@
 // A missing, repeated, malformed or unknown parameter is a
 // *dedupq.ParamError naming it.
 //
+// The host "embedded" (EmbeddedHost), without a port, names a server inside
+// the process, which package embedded runs: importing it, even only as
+//
+//	import _ "github.com/dedupq/dedupq/adapters/jetstream/embedded"
+//
+// makes jetstream://embedded/ORDERS?subject=orders&create=true work in any
+// program, with no services (see that package for the server's lifetime).
+// Without it such a URL fails with a *dedupq.ParamError saying so, and the
+// client never looks "embedded" up as a host name.
+//
 // Nothing is created while opening: the stream (with create=true) and a
 // missing durable are created only once the Publisher's or Consumer's
 // startup check passed on the settings they will have (driver.Provisioner),

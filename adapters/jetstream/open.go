@@ -11,6 +11,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/dedupq/dedupq"
+	"github.com/dedupq/dedupq/adapters/jetstream/internal/inprocess"
 	"github.com/dedupq/dedupq/driver"
 )
 
@@ -18,7 +19,8 @@ func init() { dedupq.Register(Scheme, URLOpener{}) }
 
 // URLOpener opens jetstream:// URLs; the package registers it under Scheme.
 // Each Topic and Subscription it opens dials its own connection, closed
-// with it.
+// with it. The host EmbeddedHost names the server package embedded runs in
+// the process (see the package doc).
 type URLOpener struct {
 	// Options are added to the connection options the opener uses (TLS,
 	// credentials, …). ReconnectBufSize is forced to -1 whatever they say
@@ -32,15 +34,17 @@ func (o URLOpener) OpenTopic(ctx context.Context, u *url.URL) (driver.Topic, err
 	if err != nil {
 		return nil, err
 	}
-	nc, err := o.dial(ctx, server, u)
+	nc, release, err := o.dial(ctx, server, u)
 	if err != nil {
 		return nil, err
 	}
 	t, err := newTopic(ctx, nc, cfg, true)
 	if err != nil {
 		nc.Close()
+		release()
 		return nil, err
 	}
+	t.release = release
 	return t, nil
 }
 
@@ -54,23 +58,33 @@ func (o URLOpener) OpenSubscription(ctx context.Context, u *url.URL) (driver.Sub
 	if cfg.Durable == "" {
 		return nil, dedupq.NewParamError(u, "durable", "missing: consuming needs a durable consumer name, as in &durable=billing")
 	}
-	nc, err := o.dial(ctx, server, u)
+	nc, release, err := o.dial(ctx, server, u)
 	if err != nil {
 		return nil, err
 	}
 	s, err := newSubscription(ctx, nc, cfg, true)
 	if err != nil {
 		nc.Close()
+		release()
 		return nil, err
 	}
+	s.release = release
 	return s, nil
 }
+
+// EmbeddedHost is the URL host that names the NATS server package
+// embedded runs inside the process, as in
+// jetstream://embedded/ORDERS?subject=orders. Without that package linked
+// in, opening such a URL fails with a *dedupq.ParamError saying to import
+// it.
+const EmbeddedHost = inprocess.Host
 
 // dial connects with the options every dedupq connection needs: no
 // reconnect buffer (see NewTopic), reconnecting forever (a publish during
 // a reconnect fails at once and is retried by the Publisher), and a
-// connect timeout within ctx.
-func (o URLOpener) dial(ctx context.Context, server string, u *url.URL) (*nats.Conn, error) {
+// connect timeout within ctx. release is to be called once the connection
+// is closed: it lets the in-process server stop when nothing uses it.
+func (o URLOpener) dial(ctx context.Context, server string, u *url.URL) (nc *nats.Conn, release func(), err error) {
 	timeout := 5 * time.Second
 	if dl, ok := ctx.Deadline(); ok {
 		timeout = min(timeout, max(time.Until(dl), time.Millisecond))
@@ -81,12 +95,39 @@ func (o URLOpener) dial(ctx context.Context, server string, u *url.URL) (*nats.C
 		nats.MaxReconnects(-1),
 	}, o.Options...)
 	opts = append(opts, nats.ReconnectBufSize(-1))
-	nc, err := nats.Connect(server, opts...)
-	if err != nil {
-		// u.Redacted() would show a token given as the user name.
-		return nil, fmt.Errorf("jetstream: connecting to %s: %w", dedupq.RedactURL(u), withoutUserinfo(err, u.User))
+	release = func() {}
+	if strings.EqualFold(u.Hostname(), EmbeddedHost) {
+		local, err := embeddedServer(u)
+		if err != nil {
+			return nil, nil, err
+		}
+		connect, rel, err := local.Acquire(ctx)
+		if err != nil {
+			return nil, nil, fmt.Errorf("jetstream: starting the in-process server for %s: %w", dedupq.RedactURL(u), err)
+		}
+		opts, release = append(opts, connect), rel
 	}
-	return nc, nil
+	nc, err = nats.Connect(server, opts...)
+	if err != nil {
+		release()
+		// u.Redacted() would show a token given as the user name.
+		return nil, nil, fmt.Errorf("jetstream: connecting to %s: %w", dedupq.RedactURL(u), withoutUserinfo(err, u.User))
+	}
+	return nc, release, nil
+}
+
+// embeddedServer returns the in-process server a URL with the host
+// EmbeddedHost names. Without package embedded it fails with a
+// *dedupq.ParamError instead of letting the client look the name up in DNS.
+func embeddedServer(u *url.URL) (inprocess.Server, error) {
+	if u.Port() != "" {
+		return nil, dedupq.NewParamError(u, "host", fmt.Sprintf("the in-process server %q has no port: write %s://%s/STREAM?…", EmbeddedHost, Scheme, EmbeddedHost))
+	}
+	s := inprocess.Registered()
+	if s == nil {
+		return nil, dedupq.NewParamError(u, "host", fmt.Sprintf("%q names the NATS server run inside the process by package github.com/dedupq/dedupq/adapters/jetstream/embedded, which this program does not link in: add import _ \"github.com/dedupq/dedupq/adapters/jetstream/embedded\"", EmbeddedHost))
+	}
+	return s, nil
 }
 
 // withoutUserinfo returns err, or an error with its text and without the

@@ -33,6 +33,7 @@ const settleTimeout = 10 * time.Second
 type Subscription struct {
 	nc      *nats.Conn
 	ownConn bool
+	release func() // set by URLOpener: called once nc is closed
 	js      jetstream.JetStream
 	cfg     Config
 
@@ -488,6 +489,9 @@ func (s *Subscription) Close() error {
 	s.mu.Unlock()
 	if s.ownConn {
 		s.nc.Close()
+	}
+	if s.release != nil {
+		s.release()
 	}
 	return nil
 }

@@ -32,6 +32,7 @@ const asyncAckTimeout = time.Minute
 type Topic struct {
 	nc       *nats.Conn
 	ownConn  bool
+	release  func() // set by URLOpener: called once nc is closed
 	js       jetstream.JetStream
 	cfg      Config
 	maxBatch int
@@ -296,6 +297,9 @@ func (t *Topic) Close() error {
 		t.nc.RemoveStatusListener(t.statusCh)
 		if t.ownConn {
 			t.nc.Close()
+		}
+		if t.release != nil {
+			t.release()
 		}
 	})
 	return nil

@@ -16,6 +16,11 @@
 // either both or neither, and the redelivery either finds the key completed
 // or runs the handler as if for the first time.
 //
+// The handler writes through that transaction, which Tx(ctx) returns.
+// Outside a TxGuard or Do, Tx returns ErrNoTx instead: a handler wired
+// without the guard fails, and its delivery is nacked, rather than writing
+// its effect through the pool apart from any record.
+//
 // # Table
 //
 // One row per (namespace, key), in the table of Migration: the owner token,

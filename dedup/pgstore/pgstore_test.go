@@ -647,6 +647,36 @@ func TestDo(t *testing.T) {
 		t.Fatalf("Do on a claimed key: err = %v, want ErrInProgress", err)
 	}
 
+	// Code fn calls finds the transaction in its ctx: its writes commit,
+	// and roll back, with the record.
+	viaCtx := func(fail error) pgstore.TxFunc {
+		return func(ctx context.Context, tx pgx.Tx) ([]byte, error) {
+			got, err := pgstore.Tx(ctx)
+			if err != nil {
+				return nil, err
+			}
+			if got != tx {
+				return nil, errors.New("Tx(ctx) is not fn's transaction")
+			}
+			if _, err := got.Exec(ctx, "INSERT INTO "+fx+" (msg) VALUES ('via-ctx')"); err != nil {
+				return nil, err
+			}
+			return nil, fail
+		}
+	}
+	if _, err := s.Do(ctx, "via-ctx", "fp", time.Hour, viaCtx(boom)); !errors.Is(err, boom) {
+		t.Fatalf("Do with a failing handler: err = %v, want the handler's", err)
+	}
+	if n := effects(t, pool, fx, "via-ctx"); n != 0 {
+		t.Fatalf("a failing handler's write through Tx(ctx) left %d effects", n)
+	}
+	if out, err := s.Do(ctx, "via-ctx", "fp", time.Hour, viaCtx(nil)); err != nil || !out.Ran {
+		t.Fatalf("Do writing through Tx(ctx) = %+v, %v; want ran", out, err)
+	}
+	if n := effects(t, pool, fx, "via-ctx"); n != 1 {
+		t.Fatalf("%d effects written through Tx(ctx), want 1", n)
+	}
+
 	// A panic rolls back like an error.
 	func() {
 		defer func() { _ = recover() }()
@@ -671,9 +701,14 @@ func TestTxGuard(t *testing.T) {
 		t.Fatal(err)
 	}
 	var calls atomic.Int32
+	store := newStore(t, pool, pgstore.Options{Table: table})
 	h := g.Wrap(func(ctx context.Context, d *dedupq.Delivery) error {
 		calls.Add(1)
-		_, err := pgstore.Tx(ctx).Exec(ctx, "INSERT INTO "+fx+" (msg) VALUES ($1)", d.Message.ID)
+		tx, err := pgstore.Tx(ctx)
+		if err != nil {
+			return err
+		}
+		_, err = tx.Exec(ctx, "INSERT INTO "+fx+" (msg) VALUES ($1)", d.Message.ID)
 		if d.Attempt == 1 {
 			return errors.New("first attempt fails after writing")
 		}
@@ -702,6 +737,10 @@ func TestTxGuard(t *testing.T) {
 	}
 	if n := effects(t, pool, fx, "order-7"); n != 1 {
 		t.Fatalf("%d effects, want 1", n)
+	}
+	// The effect committed with the key's completion record.
+	if c, err := store.Claim(ctx, "order-7", dedup.BodyFingerprint(&d(5, "pay 10").Message), time.Hour); err != nil || c.State != dedup.Completed {
+		t.Fatalf("key after the committed run = %+v, %v; want completed", c, err)
 	}
 	if g.TTL() != time.Hour {
 		t.Fatalf("TTL = %s", g.TTL())

@@ -16,6 +16,7 @@ import (
 
 // TxFunc does a delivery's writes in tx and returns a small result to keep
 // with the key (nil for none). It must neither commit nor roll back tx.
+// Its ctx carries tx as well, for code it calls that asks Tx(ctx).
 type TxFunc func(ctx context.Context, tx pgx.Tx) (result []byte, err error)
 
 // Outcome says what Do did.
@@ -103,7 +104,8 @@ func (s *Store) do(ctx context.Context, key, fingerprint string, ttl time.Durati
 		return Outcome{Result: result}, false, nil
 	}
 
-	result, err := fn(ctx, tx)
+	// ctx carries tx too, so that code fn calls finds it with Tx.
+	result, err := fn(context.WithValue(ctx, txKey{}, tx), tx)
 	if err != nil {
 		return Outcome{}, false, err
 	}
@@ -154,12 +156,32 @@ WHERE namespace = $1 AND key = $2`
 
 type txKey struct{}
 
-// Tx returns the transaction a TxGuard runs the handler in, or nil outside
-// one. The handler writes its effect through it, and must neither commit
-// nor roll it back.
-func Tx(ctx context.Context) pgx.Tx {
-	tx, _ := ctx.Value(txKey{}).(pgx.Tx)
-	return tx
+// ErrNoTx is Tx's error for a context that carries no transaction: the
+// code asking for one does not run under a TxGuard or inside Do. Writing
+// through the pool instead would commit the effect apart from the dedup
+// record, and lose exactly-once without a word.
+var ErrNoTx = errors.New("pgstore: no transaction in the context: the handler does not run under a pgstore.TxGuard " +
+	"(set one as dedupq.ConsumerOptions.Dedup, or call its Wrap) or inside Store.Do; " +
+	"writing through the pool instead would commit the effect apart from its dedup record")
+
+// Tx returns the transaction that TxGuard or Do runs the caller in, so
+// that the effect's writes commit with the key's record. Use it for every
+// write of the effect, and neither commit nor roll it back:
+//
+//	tx, err := pgstore.Tx(ctx)
+//	if err != nil {
+//		return err
+//	}
+//	_, err = tx.Exec(ctx, `INSERT INTO charges …`)
+//
+// Outside a TxGuard or Do it returns ErrNoTx; a handler that returns it is
+// nacked, so a consumer set up without the guard fails loudly on its first
+// delivery instead of writing without a dedup record.
+func Tx(ctx context.Context) (pgx.Tx, error) {
+	if tx, ok := ctx.Value(txKey{}).(pgx.Tx); ok {
+		return tx, nil
+	}
+	return nil, ErrNoTx
 }
 
 // TxGuard is a dedupq.Deduplicator that runs each handler inside Do: the
@@ -229,8 +251,8 @@ func (g *TxGuard) Wrap(h dedupq.Handler) dedupq.Handler {
 		if d.Message.ID == "" {
 			return fmt.Errorf("pgstore: delivery with backend ID %q (attempt %d): %w", d.BackendID, d.Attempt, dedup.ErrEmptyKey)
 		}
-		_, err := g.store.Do(ctx, d.Message.ID, g.fingerprint(&d.Message), g.ttl, func(ctx context.Context, tx pgx.Tx) ([]byte, error) {
-			return nil, h(context.WithValue(ctx, txKey{}, tx), d)
+		_, err := g.store.Do(ctx, d.Message.ID, g.fingerprint(&d.Message), g.ttl, func(ctx context.Context, _ pgx.Tx) ([]byte, error) {
+			return nil, h(ctx, d) // ctx carries the transaction: see Tx
 		})
 		if errors.Is(err, dedup.ErrFingerprintMismatch) {
 			return dedupq.Permanent(err)

@@ -57,7 +57,11 @@ func TestDoTTLRunsFromCommit(t *testing.T) {
 				return err
 			}
 			h := g.Wrap(func(ctx context.Context, d *dedupq.Delivery) error {
-				return handle(ctx, pgstore.Tx(ctx), fnEnd)
+				tx, err := pgstore.Tx(ctx)
+				if err != nil {
+					return err
+				}
+				return handle(ctx, tx, fnEnd)
 			})
 			return h(ctx, &dedupq.Delivery{Message: dedupq.Message{ID: key, Body: []byte("pay 10")}, Attempt: 1})
 		}},

@@ -7,9 +7,9 @@
 //	DEDUPQ_URL='jetstream://embedded/ORDERS?subject=orders&durable=anybroker&create=true&maxdeliver=5' go run ./examples/anybroker
 //	DEDUPQ_URL='sqs://orders.fifo?region=us-east-1&endpoint=http://127.0.0.1:4566&create=true' go run ./examples/anybroker
 //
-// The host "embedded" starts a NATS server inside the process (package
-// adapters/jetstream/embedded), so the JetStream run needs no service
-// either. The SQS run needs an emulator on port 4566 and any credentials:
+// The host "embedded" names a NATS server inside the process: importing
+// package adapters/jetstream/embedded is all it takes, so the JetStream
+// run needs no service either. The SQS run needs an emulator on port 4566 and any credentials:
 // fauxqs, started in another terminal with
 //
 //	npm ci --prefix localstack/fauxqs && npx --prefix localstack/fauxqs fauxqs
@@ -52,12 +52,12 @@ import (
 	"os"
 	"os/signal"
 	"slices"
-	"strings"
 	"sync"
 	"time"
 
 	"github.com/dedupq/dedupq"
 	_ "github.com/dedupq/dedupq/adapters/jetstream" // registers jetstream://
+	// Runs the server jetstream://embedded/… names, in this process.
 	"github.com/dedupq/dedupq/adapters/jetstream/embedded"
 	_ "github.com/dedupq/dedupq/adapters/mem" // registers mem://
 	_ "github.com/dedupq/dedupq/adapters/sqs" // registers sqs://
@@ -75,7 +75,13 @@ func main() {
 	log.SetFlags(0)
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()
-	if err := run(ctx, os.Stdout, os.Getenv("DEDUPQ_URL")); err != nil {
+	err := run(ctx, os.Stdout, os.Getenv("DEDUPQ_URL"))
+	// Removes the store of the server jetstream://embedded/… started, if
+	// any; log.Fatal below would skip a deferred call.
+	if serr := embedded.Shutdown(context.Background()); err == nil {
+		err = serr
+	}
+	if err != nil {
 		log.Fatal(err)
 	}
 }
@@ -98,11 +104,6 @@ func run(ctx context.Context, out io.Writer, rawURL string) error {
 	if rawURL == "" {
 		rawURL = defaultURL
 	}
-	rawURL, stopServer, err := startEmbedded(ctx, rawURL)
-	if err != nil {
-		return err
-	}
-	defer stopServer()
 	fmt.Fprintln(out, "broker:", redact(rawURL))
 
 	// 1. A publisher whose retries outlive the broker's window is refused
@@ -259,26 +260,6 @@ func openConsumer(ctx context.Context, out io.Writer, rawURL string, producerSpa
 		fmt.Fprintf(out, "2. consumer check passed: the dedup TTL %s covers the redelivery %s\n", dedupTTL, con.Redelivery())
 	}
 	return con, guard, err
-}
-
-// startEmbedded starts an in-process NATS server when the URL's host is
-// "embedded" and points the URL at it.
-func startEmbedded(ctx context.Context, rawURL string) (string, func(), error) {
-	u, err := url.Parse(rawURL)
-	if err != nil || u.Scheme != "jetstream" || u.Hostname() != "embedded" {
-		return rawURL, func() {}, nil
-	}
-	dir, err := os.MkdirTemp("", "anybroker-*")
-	if err != nil {
-		return "", nil, err
-	}
-	serverURL, stop, err := embedded.Run(ctx, dir)
-	if err != nil {
-		os.RemoveAll(dir)
-		return "", nil, err
-	}
-	u.Host = strings.TrimPrefix(serverURL, "nats://")
-	return u.String(), func() { stop(); os.RemoveAll(dir) }, nil
 }
 
 func redact(rawURL string) string {

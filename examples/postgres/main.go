@@ -60,8 +60,12 @@ func run(ctx context.Context, pool *pgxpool.Pool, queue string) error {
 		return err
 	}
 	charge := func(ctx context.Context, d *dedupq.Delivery) error {
-		tx := pgstore.Tx(ctx) // never commit or roll it back here
-		_, err := tx.Exec(ctx, `INSERT INTO charges (order_id, amount) VALUES ($1, $2)`, d.Message.ID, string(d.Message.Body))
+		tx, err := pgstore.Tx(ctx) // pgstore.ErrNoTx unless the TxGuard runs this handler
+		if err != nil {
+			return err
+		}
+		// Never commit or roll back tx here: the TxGuard does, with the record.
+		_, err = tx.Exec(ctx, `INSERT INTO charges (order_id, amount) VALUES ($1, $2)`, d.Message.ID, string(d.Message.Body))
 		return err // an error rolls the charge back with the record, and nacks
 	}
 

@@ -3,9 +3,35 @@
 // no services at all: in a demo, a test, or a single-binary deployment that
 // does not need a cluster.
 //
+// Importing it, even only for its side effect,
+//
+//	import _ "github.com/dedupq/dedupq/adapters/jetstream/embedded"
+//
+// makes the URL host "embedded" name a server shared by the whole process:
+//
+//	dedupq.OpenPublisher(ctx, "jetstream://embedded/ORDERS?subject=orders&create=true", opts)
+//
+// Run and Start instead start a server of the caller's own, on a port.
+//
 // It lives in its own package so that the NATS server, which is large, is
 // linked only into programs that import it; the adapter itself needs only
 // the client.
+//
+// # The shared server
+//
+// The first open of a jetstream://embedded/… URL starts the server; every
+// Publisher and Consumer on it holds it, and closing the last one shuts it
+// down, so that a program that closed everything runs none of its
+// goroutines. Its store directory, a new temporary one per process,
+// outlives those stops: a consumer opened after the publisher closed finds
+// the streams, their messages, the dedup history of their windows and the
+// durables' positions, as on a server that runs on its own. Only streams
+// created with storage=memory end with each stop. Shutdown removes the
+// directory; a program that never calls it leaves the directory behind, as
+// it would any temporary file it does not remove.
+//
+// The server listens on no port: clients reach it through in-process
+// connections, so nothing outside the process can.
 package embedded
 
 import (
@@ -62,30 +88,38 @@ func Start(ctx context.Context, o Options) (url string, stop func(), err error) 
 	if port == 0 {
 		port = server.RANDOM_PORT
 	}
-	opts := &server.Options{
-		ServerName: "dedupq-embedded",
+	s, err := start(ctx, &server.Options{
 		Host:       host,
 		Port:       port,
-		JetStream:  true,
 		StoreDir:   dir,
-		NoLog:      true,
-		NoSigs:     true,
 		MaxPayload: o.MaxPayload,
-	}
-	s, err := server.NewServer(opts)
+	})
 	if err != nil {
 		cleanup()
-		return "", nil, fmt.Errorf("embedded: %w", err)
+		return "", nil, err
 	}
-	go s.Start()
 	var once sync.Once
 	stop = func() {
 		once.Do(func() {
-			s.Shutdown()
-			s.WaitForShutdown()
+			shutdown(s)
 			cleanup()
 		})
 	}
+	return s.ClientURL(), stop, nil
+}
+
+// start runs a JetStream server on opts, which set where it listens and
+// stores, and waits until it takes connections. ctx bounds the wait.
+func start(ctx context.Context, opts *server.Options) (*server.Server, error) {
+	opts.ServerName = "dedupq-embedded"
+	opts.JetStream = true
+	opts.NoLog = true
+	opts.NoSigs = true
+	s, err := server.NewServer(opts)
+	if err != nil {
+		return nil, fmt.Errorf("embedded: %w", err)
+	}
+	go s.Start()
 	if _, ok := ctx.Deadline(); !ok {
 		// A server that never gets ready must not hang the caller.
 		var cancel context.CancelFunc
@@ -96,9 +130,15 @@ func Start(ctx context.Context, o Options) (url string, stop func(), err error) 
 	// that a cancelled ctx is noticed promptly.
 	for !s.ReadyForConnections(100 * time.Millisecond) {
 		if err := ctx.Err(); err != nil {
-			stop()
-			return "", nil, fmt.Errorf("embedded: server not ready: %w", err)
+			shutdown(s)
+			return nil, fmt.Errorf("embedded: server not ready: %w", err)
 		}
 	}
-	return s.ClientURL(), stop, nil
+	return s, nil
+}
+
+// shutdown stops s and waits until it has.
+func shutdown(s *server.Server) {
+	s.Shutdown()
+	s.WaitForShutdown()
 }
