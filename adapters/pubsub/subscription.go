@@ -19,6 +19,11 @@ import (
 // counting and for terminated messages.
 const maxTracked = 100_000
 
+// shutdownNackTimeout bounds the nacks the client sends when a receive
+// ends (Close): a server that does not answer in that time leaves the
+// messages to come back when their ack deadlines run out.
+const shutdownNackTimeout = 10 * time.Second
+
 // errSettled is matched by the error for settling a delivery that was
 // already settled another way.
 var errSettled = errors.New("delivery already settled")
@@ -239,6 +244,16 @@ func openSubscription(ctx context.Context, client *gpubsub.Client, owns bool, su
 		MinDurationPerAckExtension: s.lease,
 		MaxOutstandingMessages:     o.MaxOutstandingMessages,
 		NumGoroutines:              1,
+		// When the receive ends, the client first cancels its streaming
+		// pull and only then nacks every message it still holds. Its
+		// default (wait for the callbacks) nacks them while the stream is
+		// still open, so the server could hand one straight back down a
+		// stream nobody reads any more, and it would come back only when
+		// its ack deadline ran out.
+		ShutdownOptions: &gpubsub.ShutdownOptions{
+			Behavior: gpubsub.ShutdownBehaviorNackImmediately,
+			Timeout:  shutdownNackTimeout,
+		},
 	}
 	return s, nil
 }
@@ -354,19 +369,25 @@ func (s *Subscription) callback(ctx context.Context, m *gpubsub.Message) {
 		return
 	}
 	it := &inflight{m: m, received: time.Now(), done: make(chan struct{})}
+	// When the receive ends (Close cancels it), the callback returns
+	// without settling m: the client nacks every message it still holds,
+	// after it has closed its stream (see ShutdownOptions above). A nack
+	// sent from here could reach the server while the stream is still open.
 	select {
 	case s.ch <- it:
 	case <-ctx.Done():
-		m.Nack()
 		return
 	case <-s.closing:
-		m.Nack()
 		return
 	}
 	select {
 	case <-it.done:
+	case <-ctx.Done():
+		it.settle("nack", func() {})
+		return
 	case <-s.closing:
-		it.settle("nack", m.Nack)
+		it.settle("nack", func() {})
+		return
 	}
 	if it.hold > 0 {
 		// A delayed nack: m is still unsettled for the client, which keeps
@@ -375,10 +396,10 @@ func (s *Subscription) callback(ctx context.Context, m *gpubsub.Message) {
 		defer t.Stop()
 		select {
 		case <-t.C:
+			m.Nack()
 		case <-s.closing:
 		case <-ctx.Done():
 		}
-		m.Nack()
 	}
 }
 
@@ -606,9 +627,10 @@ func (s *Subscription) Extend(_ context.Context, d *driver.Delivery, by time.Dur
 	return nil
 }
 
-// Close nacks every message not yet settled — those waiting for Receive,
-// those handed out and those a delayed Nack holds — stops receiving, and closes the client if the
-// Subscription made it.
+// Close stops receiving, nacks every message not yet settled — those
+// waiting for Receive, those handed out and those a delayed Nack holds —
+// after the client's stream has closed, so that each is redelivered at once
+// to the next receiver, and closes the client if the Subscription made it.
 func (s *Subscription) Close() error {
 	s.mu.Lock()
 	if s.closed {
@@ -616,11 +638,15 @@ func (s *Subscription) Close() error {
 		return ErrClosed
 	}
 	s.closed = true
-	close(s.closing)
 	r := s.run
 	s.mu.Unlock()
+	// The receive ends first, so that the client closes its stream before
+	// it nacks what it holds; then the callbacks are released.
 	if r != nil {
 		r.cancel()
+	}
+	close(s.closing)
+	if r != nil {
 		<-r.done
 	}
 	if s.ownsClient {
