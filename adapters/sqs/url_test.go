@@ -35,7 +35,7 @@ func TestParseURL(t *testing.T) {
 			queue: "http://sqs.us-east-1.localhost:4566/000000000000/q.fifo", region: "us-east-1", endpoint: "http://127.0.0.1:4566",
 		},
 		{
-			raw:   "sqs://q.fifo?group=default&hash_long_ids=true&visibility_timeout=45s&wait_time=5s&nack_backoff=1s,10s&terminate=delete&delete_linger=0",
+			raw:   "sqs://q.fifo?group=default&hash_long_ids=true&ack_wait=45s&wait_time=5s&backoff=1s,10s&terminate=delete&delete_linger=0",
 			queue: "q.fifo",
 			opts: sqs.Options{DefaultGroup: "default", HashLongIDs: true, VisibilityTimeout: 45 * time.Second, WaitTime: 5 * time.Second,
 				NackBackoff: []time.Duration{time.Second, 10 * time.Second}, TerminateDeletes: true, DeleteLinger: -1},
@@ -89,11 +89,11 @@ func TestURLParamErrors(t *testing.T) {
 		{"sqs://q.fifo?aws_secret_access_key=s3cr3t", "aws_secret_access_key"},
 		{"sqs://q.fifo?group=a%20b", "group"},
 		{"sqs://q.fifo?hash_long_ids=yes-please", "hash_long_ids"},
-		{"sqs://q.fifo?visibility_timeout=1500ms", "visibility_timeout"},
-		{"sqs://q.fifo?visibility_timeout=13h", "visibility_timeout"},
+		{"sqs://q.fifo?ack_wait=1500ms", "ack_wait"},
+		{"sqs://q.fifo?ack_wait=13h", "ack_wait"},
 		{"sqs://q.fifo?wait_time=21s", "wait_time"},
 		{"sqs://q.fifo?wait_time=soon", "wait_time"},
-		{"sqs://q.fifo?nack_backoff=1s,x", "nack_backoff"},
+		{"sqs://q.fifo?backoff=1s,x", "backoff"},
 		{"sqs://q.fifo?terminate=never", "terminate"},
 		{"sqs://q.fifo?delete_linger=5s", "delete_linger"},
 	} {

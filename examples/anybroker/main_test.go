@@ -101,9 +101,9 @@ func TestRunOnEveryBroker(t *testing.T) {
 				}
 			}
 		}},
-		{"mem with window", "mem://example-w-" + id + "?window=2m&maxdeliveries=5", false, nil, true, wantOnce},
-		{"jetstream embedded", "jetstream://embedded/EX" + id + "?subject=ex" + id + "&durable=example&create=true&maxdeliver=5&storage=memory", false, nil, false, wantOnce},
-		{"jetstream local", "jetstream://127.0.0.1:4222/EX" + id + "?subject=ex" + id + "&durable=example&create=true&maxdeliver=5&storage=memory", true, nil, true, wantOnce},
+		{"mem with window", "mem://example-w-" + id + "?window=2m&max_deliveries=5", false, nil, true, wantOnce},
+		{"jetstream embedded", "jetstream://embedded/EX" + id + "?subject=ex" + id + "&durable=example&create=true&max_deliveries=5&storage=memory", false, nil, false, wantOnce},
+		{"jetstream local", "jetstream://127.0.0.1:4222/EX" + id + "?subject=ex" + id + "&durable=example&create=true&max_deliveries=5&storage=memory", true, nil, true, wantOnce},
 		{"sqs fauxqs", "", false, func(t *testing.T) string {
 			_, _, endpoint := need.SQSQueue(t, "example-"+id)
 			return "sqs://example-" + id + ".fifo?region=us-east-1&endpoint=" + endpoint

@@ -22,6 +22,7 @@ import (
 	"github.com/dedupq/dedupq/adapters/pubsub"
 	"github.com/dedupq/dedupq/adapters/servicebus"
 	"github.com/dedupq/dedupq/adapters/sqs"
+	"github.com/dedupq/dedupq/internal/urlvocab"
 )
 
 // marker is planted wherever a secret could be; no error may show it.
@@ -50,32 +51,32 @@ func schemes(t testing.TB) []scheme {
 		{
 			name:  "mem",
 			base:  "mem://urltest?window=2m",
-			known: []string{"window", "ackwait", "maxdeliveries", "backoff", "seed", "duppublish", "dupdelivery", "lostack"},
+			known: urlvocab.Params("mem"),
 			open:  true,
 		},
 		{
 			name:  "jetstream",
 			base:  "jetstream://" + refusingAddr(t) + "/S?subject=s&durable=d",
-			known: []string{"subject", "durable", "create", "storage", "duplicates", "ackwait", "maxdeliver", "backoff", "maxbatch"},
+			known: urlvocab.Params("jetstream"),
 			parse: func(u *url.URL) error { _, _, err := jetstream.ParseURL(u); return err },
 			open:  true,
 		},
 		{
 			name:  "sqs",
 			base:  "sqs://q.fifo?region=eu-west-1",
-			known: []string{"region", "endpoint", "group", "hash_long_ids", "visibility_timeout", "wait_time", "nack_backoff", "terminate", "delete_linger"},
+			known: urlvocab.Params("sqs"),
 			parse: func(u *url.URL) error { _, _, _, _, err := sqs.ParseURL(u); return err },
 		},
 		{
 			name:  "pubsub",
 			base:  "pubsub://p1x/orders?emulator=127.0.0.1:8085",
-			known: []string{"emulator", "publish_timeout", "ack_extension", "max_extension", "max_outstanding"},
+			known: urlvocab.Params("pubsub"),
 			parse: func(u *url.URL) error { _, err := pubsub.ParseURL(u); return err },
 		},
 		{
 			name:  "servicebus",
 			base:  "servicebus://ns.servicebus.windows.net/orders?conn_env=" + unsetEnv + "&window=10m",
-			known: []string{"conn_env", "kind", "max_batch", "window", "lock_duration", "max_delivery_count", "max_message_bytes"},
+			known: urlvocab.Params("servicebus"),
 			parse: func(u *url.URL) error { _, err := servicebus.ParseURL(u); return err },
 			open:  true,
 		},
@@ -301,7 +302,7 @@ func FuzzURLErrorsNeverEchoQuery(f *testing.F) {
 		f.Add(rest + "&colour=blue#frag")
 		f.Add("user:pw@" + rest + "&token=x")
 	}
-	for _, s := range []string{"h/S?subject=a&backoff=1s,,2s&maxdeliver=x", "q.fifo?endpoint=http://u:p@h:1/?x=1", "ns/t/subscriptions/s?kind=queue&x", "p/orders?emulator=a@b:1"} {
+	for _, s := range []string{"h/S?subject=a&backoff=1s,,2s&max_deliveries=x", "q.fifo?endpoint=http://u:p@h:1/?x=1", "ns/t/subscriptions/s?kind=queue&x", "p/orders?emulator=a@b:1"} {
 		f.Add(s)
 	}
 	all := schemes(f)
@@ -346,4 +347,107 @@ func planted(u *url.URL) string {
 		v.Fragment, v.RawFragment = v.Fragment+marker, ""
 	}
 	return v.String()
+}
+
+// parseErr validates raw with sch's parser, or for mem, which has none of
+// its own, opens a consumer (a refused mem URL touches no broker).
+func parseErr(t *testing.T, sch scheme, raw string) *dedupq.ParamError {
+	t.Helper()
+	u, err := url.Parse(raw)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sch.parse != nil {
+		err = sch.parse(u)
+	} else {
+		var c *dedupq.Consumer
+		if c, err = dedupq.OpenConsumer(t.Context(), raw, dedupq.ConsumerOptions{}); err == nil {
+			c.Close()
+		}
+	}
+	var pe *dedupq.ParamError
+	if !errors.As(err, &pe) {
+		t.Fatalf("%q: error %v, want a *dedupq.ParamError", raw, err)
+	}
+	if s := showsMarker(err); s != "" {
+		t.Errorf("%q: the error shows the planted value: %s", raw, s)
+	}
+	return pe
+}
+
+// TestKnownParamsAreTheVocabulary: each adapter takes exactly the
+// parameters internal/urlvocab lists for its scheme, which the hints and
+// the README table are made from.
+func TestKnownParamsAreTheVocabulary(t *testing.T) {
+	for _, sch := range schemes(t) {
+		t.Run(sch.name, func(t *testing.T) {
+			pe := parseErr(t, sch, sch.base+"&colour="+marker)
+			_, list, ok := strings.Cut(pe.Reason, "(known: ")
+			if pe.Param != "colour" || !ok {
+				t.Fatalf("error %v, want colour refused with the known list", pe)
+			}
+			got := slices.Sorted(slices.Values(strings.Split(strings.TrimSuffix(list, ")"), ", ")))
+			if want := slices.Sorted(slices.Values(sch.known)); !slices.Equal(got, want) {
+				t.Errorf("the adapter takes %v, urlvocab lists %v", got, want)
+			}
+		})
+	}
+}
+
+// TestUnknownParamHints: through every adapter, an old or another
+// backend's spelling is refused with a hint naming the right parameter.
+func TestUnknownParamHints(t *testing.T) {
+	type hintCase struct{ scheme, param, hint string }
+	cases := []hintCase{
+		// Every name an adapter took before the common vocabulary.
+		{"mem", "ackwait", "did you mean ack_wait?"},
+		{"mem", "maxdeliveries", "did you mean max_deliveries?"},
+		{"mem", "duppublish", "did you mean dup_publish?"},
+		{"mem", "dupdelivery", "did you mean dup_delivery?"},
+		{"mem", "lostack", "did you mean lost_ack?"},
+		{"jetstream", "duplicates", "did you mean window? JetStream's Duplicates is window here"},
+		{"jetstream", "ackwait", "did you mean ack_wait?"},
+		{"jetstream", "maxdeliver", "did you mean max_deliveries? JetStream's MaxDeliver is max_deliveries here"},
+		{"jetstream", "maxbatch", "did you mean max_batch?"},
+		{"sqs", "visibility_timeout", "did you mean ack_wait? SQS's VisibilityTimeout is ack_wait here"},
+		{"sqs", "nack_backoff", "did you mean backoff?"},
+		{"servicebus", "lock_duration", "did you mean ack_wait? Service Bus's LockDuration is ack_wait here"},
+		{"servicebus", "max_delivery_count", "did you mean max_deliveries? Service Bus's MaxDeliveryCount is max_deliveries here"},
+		// Case variants, as the issue reported them.
+		{"mem", "Window", "did you mean window?"},
+		{"jetstream", "ackWait", "did you mean ack_wait?"},
+		{"servicebus", "ack-wait", "did you mean ack_wait?"},
+		{"pubsub", "Max_Outstanding", "did you mean max_outstanding?"},
+		// Another backend's parameter.
+		{"sqs", "durable", "durable is a jetstream parameter; sqs has no such parameter"},
+		{"pubsub", "window", "window is a jetstream, mem and servicebus parameter; pubsub has no such parameter"},
+		{"pubsub", "lock_duration", "ack_wait is a jetstream, mem, servicebus and sqs parameter; pubsub has no such parameter; Service Bus's LockDuration is ack_wait in dedupq URLs"},
+	}
+	// And every parameter of every scheme, on every scheme that lacks it,
+	// and in upper case on every scheme that has it.
+	all := schemes(t)
+	for _, from := range all {
+		for _, p := range from.known {
+			for _, on := range all {
+				if slices.Contains(on.known, p) {
+					cases = append(cases, hintCase{on.name, strings.ToUpper(p), "did you mean " + p + "?"})
+				} else {
+					cases = append(cases, hintCase{on.name, p, p + " is a "})
+				}
+			}
+		}
+	}
+	byName := map[string]scheme{}
+	for _, s := range all {
+		byName[s.name] = s
+	}
+	for _, tc := range cases {
+		t.Run(tc.scheme+"/"+tc.param, func(t *testing.T) {
+			sch := byName[tc.scheme]
+			pe := parseErr(t, sch, sch.base+"&"+tc.param+"="+marker)
+			if pe.Param != tc.param || !strings.HasPrefix(pe.Reason, "unknown parameter: ") || !strings.Contains(pe.Reason, tc.hint) {
+				t.Errorf("error %v, want %s refused as unknown with %q", pe, tc.param, tc.hint)
+			}
+		})
+	}
 }
