@@ -2,7 +2,8 @@
 // dial; accepted jetstream URLs dial a loopback port nothing listens on,
 // accepted mem URLs open in-process brokers, accepted servicebus URLs stop
 // at a missing connection-string variable, and accepted sqs and pubsub
-// URLs are not opened (they would reach AWS or Google).
+// URLs are not opened (they would reach AWS or Google). It also reads
+// ../../README.md, whose parameter table must match the adapters.
 package urltest
 
 import (
@@ -11,6 +12,7 @@ import (
 	"fmt"
 	"net"
 	"net/url"
+	"os"
 	"slices"
 	"strings"
 	"testing"
@@ -449,5 +451,84 @@ func TestUnknownParamHints(t *testing.T) {
 				t.Errorf("error %v, want %s refused as unknown with %q", pe, tc.param, tc.hint)
 			}
 		})
+	}
+}
+
+// TestREADMEListsEveryParameter: README.md's parameter table has a row for
+// every parameter of every scheme, portable ones (taken by more than one
+// scheme) first, and a scheme's cell is "–" exactly when the scheme does
+// not take the parameter. It reads ../../README.md.
+func TestREADMEListsEveryParameter(t *testing.T) {
+	text, err := os.ReadFile("../../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cells := func(line string) []string {
+		parts := strings.Split(strings.Trim(strings.TrimSpace(line), "|"), "|")
+		for i, p := range parts {
+			parts[i] = strings.Trim(strings.TrimSpace(p), "`")
+		}
+		return parts
+	}
+	const head = "| parameter | meaning |"
+	i := strings.Index(string(text), "\n"+head)
+	if i < 0 {
+		t.Fatalf("README.md has no table headed %q", head)
+	}
+	lines := strings.Split(string(text[i+1:]), "\n")
+	column := map[string]int{}
+	for i, h := range cells(lines[0]) {
+		column[strings.TrimSuffix(h, "://")] = i
+	}
+	rows := map[string][]string{}
+	var order []string
+	for _, line := range lines[2:] { // after the header and its --- line
+		if !strings.HasPrefix(line, "|") {
+			break
+		}
+		c := cells(line)
+		rows[c[0]] = c
+		order = append(order, c[0])
+	}
+	all := schemes(t)
+	takers := map[string][]string{}
+	for _, s := range all {
+		if _, ok := column[s.name]; !ok {
+			t.Errorf("the table has no column for %s://", s.name)
+		}
+		for _, p := range s.known {
+			takers[p] = append(takers[p], s.name)
+		}
+	}
+	for p := range takers {
+		if rows[p] == nil {
+			t.Errorf("the table has no row for %s", p)
+		}
+	}
+	seenSpecific := false
+	for _, p := range order {
+		if takers[p] == nil {
+			t.Errorf("the table lists %s, which no scheme takes", p)
+			continue
+		}
+		if portable := len(takers[p]) > 1; portable && seenSpecific {
+			t.Errorf("portable parameter %s comes after a scheme's own", p)
+		} else if !portable {
+			seenSpecific = true
+		}
+		for _, s := range all {
+			i := column[s.name]
+			if i >= len(rows[p]) {
+				t.Errorf("row %s has no cell for %s", p, s.name)
+				continue
+			}
+			takes := slices.Contains(takers[p], s.name)
+			switch cell := rows[p][i]; {
+			case takes && cell == "–":
+				t.Errorf("row %s, column %s: –, but %s takes %s: name the setting it maps to", p, s.name, s.name, p)
+			case !takes && cell != "–":
+				t.Errorf("row %s, column %s: %q, but %s does not take %s: want –", p, s.name, cell, s.name, p)
+			}
+		}
 	}
 }
