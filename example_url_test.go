@@ -57,11 +57,11 @@ func ExampleOpenPublisher_refused() {
 }
 
 // A consumer opened by URL, behind a dedup guard. The URL bounds
-// redelivery (maxdeliveries), so that the guard's TTL provably covers it;
+// redelivery (max_deliveries), so that the guard's TTL provably covers it;
 // without the bound OpenConsumer refuses the guard.
 func ExampleOpenConsumer() {
 	ctx := context.Background()
-	const url = "mem://example-open-consumer?window=2m&ackwait=30s&maxdeliveries=5"
+	const url = "mem://example-open-consumer?window=2m&ack_wait=30s&max_deliveries=5"
 	pub, err := dedupq.OpenPublisher(ctx, url, dedupq.PublisherOptions{})
 	if err != nil {
 		log.Fatal(err)

@@ -12,6 +12,7 @@ import (
 	"sync"
 
 	"github.com/dedupq/dedupq/driver"
+	"github.com/dedupq/dedupq/internal/urlvocab"
 )
 
 // ErrUnknownScheme is returned for a URL whose scheme no linked-in backend
@@ -298,12 +299,18 @@ func writeNameOrRedacted(b *strings.Builder, s string, re *regexp.Regexp) {
 }
 
 // QueryParams reads u's query for an adapter's URL opener: every parameter
-// must be one of known and given once. A parameter whose name suggests a
-// credential (SharedAccessKey, token, password, aws_secret_access_key, …)
-// is refused with credentialHint, which says where the backend's
-// credentials belong instead. Every error is a *ParamError, and none
-// shows a value: the adapter then reads the values, and must not quote
-// them either when it refuses one.
+// must be one of known and given once. Names are case-sensitive,
+// lower-case snake_case, and the same concept has the same name on every
+// backend (window, ack_wait, max_deliveries, backoff, max_batch). A
+// parameter whose name suggests a credential (SharedAccessKey, token,
+// password, aws_secret_access_key, …) is refused with credentialHint,
+// which says where the backend's credentials belong instead. Any other
+// unknown parameter is refused with a hint when one fits: the known name
+// it differs from only in case or separators (Window, ackWait), the name
+// dedupq uses for a broker's own setting (visibility_timeout is ack_wait),
+// or the other backends that take it (durable is a jetstream parameter).
+// Every error is a *ParamError, and none shows a value: the adapter then
+// reads the values, and must not quote them either when it refuses one.
 func QueryParams(u *url.URL, known []string, credentialHint string) (url.Values, error) {
 	q, err := url.ParseQuery(u.RawQuery)
 	if err != nil {
@@ -329,7 +336,11 @@ func QueryParams(u *url.URL, known []string, credentialHint string) (url.Values,
 		case credentialName(k):
 			return nil, NewParamError(u, k, "credentials never go in a URL: "+credentialHint)
 		default:
-			return nil, NewParamError(u, k, fmt.Sprintf("unknown parameter (known: %s)", strings.Join(known, ", ")))
+			reason := "unknown parameter"
+			if h := urlvocab.Hint(u.Scheme, k, known); h != "" {
+				reason += ": " + h
+			}
+			return nil, NewParamError(u, k, fmt.Sprintf("%s (known: %s)", reason, strings.Join(known, ", ")))
 		}
 		if n := len(q[k]); n > 1 {
 			return nil, NewParamError(u, k, fmt.Sprintf("given %d times", n))

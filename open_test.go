@@ -151,6 +151,10 @@ func TestQueryParams(t *testing.T) {
 		{"x://h?window=1&s3cr3t", "query", "without '='"},
 		// Several problems: always the first in name order.
 		{"x://h?zz=1&aa=1&window=1&window=2", "aa", "unknown"},
+		// An unknown name gets a hint naming parameters, never a value.
+		{"x://h?Window=1m", "Window", "unknown parameter: did you mean window? parameter names are lower-case snake_case (known: window, group)"},
+		{"x://h?duplicates=1m", "duplicates", "did you mean window? JetStream's Duplicates is window here"},
+		{"sqs://h?durable=d", "durable", "unknown parameter: durable is a jetstream parameter; sqs has no such parameter (known: window, group)"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.raw, func(t *testing.T) {
@@ -173,6 +177,18 @@ func TestQueryParams(t *testing.T) {
 	}
 }
 
+// TestQueryParamsCredentialsBeforeHints: a name that looks like a
+// credential is refused as one even when it is a variant of a known name,
+// so that the reader is told where credentials go, not how to spell them.
+func TestQueryParamsCredentialsBeforeHints(t *testing.T) {
+	u, _ := url.Parse("x://h?Token_Env=X")
+	_, err := dedupq.QueryParams(u, []string{"token_env"}, "HINT")
+	var pe *dedupq.ParamError
+	if !errors.As(err, &pe) || pe.Param != "Token_Env" || pe.Reason != "credentials never go in a URL: HINT" {
+		t.Fatalf("QueryParams error %v, want Token_Env refused as a credential", err)
+	}
+}
+
 func TestOpenRunsTheStartupCheck(t *testing.T) {
 	_, err := dedupq.OpenPublisher(context.Background(), "mem://open-check?window=10s", dedupq.PublisherOptions{})
 	if !errors.Is(err, window.ErrUnsafeRetry) {
@@ -183,7 +199,7 @@ func TestOpenRunsTheStartupCheck(t *testing.T) {
 // FuzzOpenPublisher: any string either opens a publisher or fails with an
 // error; it never panics.
 func FuzzOpenPublisher(f *testing.F) {
-	for _, s := range []string{"mem://q", "mem://q?window=2m&ackwait=1s", "mem://", "mem:q", "://", "mem://q?backoff=1s,,2s", "mem://q?seed=-1"} {
+	for _, s := range []string{"mem://q", "mem://q?window=2m&ack_wait=1s", "mem://", "mem:q", "://", "mem://q?backoff=1s,,2s", "mem://q?seed=-1"} {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, raw string) {

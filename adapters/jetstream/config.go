@@ -74,8 +74,8 @@ type configProblem struct{ param, reason string }
 // fieldOf names the Config field behind each URL parameter.
 var fieldOf = map[string]string{
 	"stream": "Stream", "subject": "Subject", "durable": "Durable", "storage": "Storage",
-	"duplicates": "Duplicates", "ackwait": "AckWait", "maxdeliver": "MaxDeliver",
-	"backoff": "BackOff", "maxbatch": "MaxBatch",
+	"window": "Duplicates", "ack_wait": "AckWait", "max_deliveries": "MaxDeliver",
+	"backoff": "BackOff", "max_batch": "MaxBatch",
 }
 
 // validate checks what NewTopic and NewSubscription need, naming the field.
@@ -107,13 +107,13 @@ func (c *Config) check(needDurable bool) *configProblem {
 		return bad("storage", "unknown storage type %d", c.Storage)
 	}
 	if c.Duplicates != 0 && c.Duplicates < 100*time.Millisecond {
-		return bad("duplicates", "%s is below the server's minimum of 100ms", c.Duplicates)
+		return bad("window", "%s is below the server's minimum of 100ms", c.Duplicates)
 	}
 	if c.AckWait < 0 {
-		return bad("ackwait", "negative")
+		return bad("ack_wait", "negative")
 	}
 	if c.MaxDeliver < -1 {
-		return bad("maxdeliver", "%d: use -1 for unlimited or a positive bound", c.MaxDeliver)
+		return bad("max_deliveries", "%d: use -1 for unlimited or a positive bound", c.MaxDeliver)
 	}
 	for _, b := range c.BackOff {
 		if b <= 0 {
@@ -121,10 +121,10 @@ func (c *Config) check(needDurable bool) *configProblem {
 		}
 	}
 	if len(c.BackOff) > 0 && c.MaxDeliver > 0 && len(c.BackOff) > c.MaxDeliver {
-		return bad("backoff", "%d entries but maxdeliver is %d; the server needs maxdeliver ≥ entries", len(c.BackOff), c.MaxDeliver)
+		return bad("backoff", "%d entries but at most %d deliveries; the server needs a delivery for each entry", len(c.BackOff), c.MaxDeliver)
 	}
 	if c.MaxBatch < 0 {
-		return bad("maxbatch", "negative")
+		return bad("max_batch", "negative")
 	}
 	return nil
 }
@@ -179,7 +179,7 @@ func subjectProblem(s string) string {
 var hostRE = regexp.MustCompile(`^[A-Za-z0-9.-]+$|^[0-9A-Fa-f:.]+(%[A-Za-z0-9._-]+)?$`)
 
 // knownParams lists every URL parameter, in the order URL writes them.
-var knownParams = []string{"subject", "durable", "create", "storage", "duplicates", "ackwait", "maxdeliver", "backoff", "maxbatch"}
+var knownParams = []string{"subject", "durable", "create", "storage", "window", "ack_wait", "max_deliveries", "backoff", "max_batch"}
 
 // ParseURL reads a jetstream:// URL into the NATS server URL to dial and a
 // Config. It does not require durable, which only consuming needs. Every
@@ -294,16 +294,16 @@ func ParseURL(u *url.URL) (server string, cfg Config, err error) {
 			return "", Config{}, bad("storage", "want file or memory")
 		}
 	}
-	if cfg.Duplicates, err = dur("duplicates", 100*time.Millisecond); err != nil {
+	if cfg.Duplicates, err = dur("window", 100*time.Millisecond); err != nil {
 		return "", Config{}, err
 	}
-	if cfg.AckWait, err = dur("ackwait", time.Millisecond); err != nil {
+	if cfg.AckWait, err = dur("ack_wait", time.Millisecond); err != nil {
 		return "", Config{}, err
 	}
-	if v, ok := get("maxdeliver"); ok {
+	if v, ok := get("max_deliveries"); ok {
 		n, err := strconv.Atoi(v)
 		if err != nil || n == 0 || n < -1 {
-			return "", Config{}, bad("maxdeliver", "want -1 (unlimited) or a positive number")
+			return "", Config{}, bad("max_deliveries", "want -1 (unlimited) or a positive number")
 		}
 		cfg.MaxDeliver = n
 	}
@@ -316,10 +316,10 @@ func ParseURL(u *url.URL) (server string, cfg Config, err error) {
 			cfg.BackOff = append(cfg.BackOff, d)
 		}
 	}
-	if v, ok := get("maxbatch"); ok {
+	if v, ok := get("max_batch"); ok {
 		n, err := strconv.Atoi(v)
 		if err != nil || n < 1 {
-			return "", Config{}, bad("maxbatch", "want a positive number")
+			return "", Config{}, bad("max_batch", "want a positive number")
 		}
 		cfg.MaxBatch = n
 	}
@@ -351,13 +351,13 @@ func (c Config) URL(server string) string {
 		add("storage", "memory")
 	}
 	if c.Duplicates != 0 {
-		add("duplicates", c.Duplicates.String())
+		add("window", c.Duplicates.String())
 	}
 	if c.AckWait != 0 {
-		add("ackwait", c.AckWait.String())
+		add("ack_wait", c.AckWait.String())
 	}
 	if c.MaxDeliver != 0 {
-		add("maxdeliver", strconv.Itoa(c.MaxDeliver))
+		add("max_deliveries", strconv.Itoa(c.MaxDeliver))
 	}
 	if len(c.BackOff) > 0 {
 		parts := make([]string, len(c.BackOff))
@@ -367,7 +367,7 @@ func (c Config) URL(server string) string {
 		add("backoff", strings.Join(parts, ","))
 	}
 	if c.MaxBatch != 0 {
-		add("maxbatch", strconv.Itoa(c.MaxBatch))
+		add("max_batch", strconv.Itoa(c.MaxBatch))
 	}
 	u := url.URL{Scheme: Scheme, User: user, Host: host, Path: "/" + c.Stream, RawQuery: strings.Join(q, "&")}
 	return u.String()

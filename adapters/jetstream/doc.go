@@ -24,13 +24,13 @@
 //	durable=billing       durable pull consumer; required to consume
 //	create=true           create the stream when it does not exist
 //	storage=memory        storage of a created stream: file (default) or memory
-//	duplicates=2m         the stream's dedup window: used when creating the
-//	                      stream, checked against it otherwise
-//	ackwait=30s           the consumer's AckWait: used when creating the
+//	window=2m             the stream's dedup window (Duplicates): used when
+//	                      creating the stream, checked against it otherwise
+//	ack_wait=30s          the consumer's AckWait: used when creating the
 //	                      durable, checked against it otherwise
-//	maxdeliver=5          the consumer's MaxDeliver (-1 unlimited): same
+//	max_deliveries=5      the consumer's MaxDeliver (-1 unlimited): same
 //	backoff=1s,5s,30s     the consumer's BackOff: same
-//	maxbatch=1024         messages per concurrent publish batch
+//	max_batch=1024        messages per concurrent publish batch
 //
 // A missing, repeated, malformed or unknown parameter is a
 // *dedupq.ParamError naming it.

@@ -46,18 +46,18 @@ func Example() {
 func ExampleConfig_URL() {
 	cfg := jetstream.Config{Stream: "ORDERS", Subject: "orders", Durable: "billing", CreateStream: true, MaxDeliver: 5}
 	fmt.Println(cfg.URL("nats://127.0.0.1:4222"))
-	// Output: jetstream://127.0.0.1:4222/ORDERS?subject=orders&durable=billing&create=true&maxdeliver=5
+	// Output: jetstream://127.0.0.1:4222/ORDERS?subject=orders&durable=billing&create=true&max_deliveries=5
 }
 
 func ExampleParseURL() {
-	u, _ := url.Parse("jetstream://127.0.0.1:4222/ORDERS?subject=orders&ackwait=1m")
+	u, _ := url.Parse("jetstream://127.0.0.1:4222/ORDERS?subject=orders&ack_wait=1m")
 	server, cfg, err := jetstream.ParseURL(u)
 	fmt.Println(server, cfg.Stream, cfg.Subject, cfg.AckWait, err)
 
-	u, _ = url.Parse("jetstream://127.0.0.1:4222/ORDERS?subject=orders&ackwait=soon")
+	u, _ = url.Parse("jetstream://127.0.0.1:4222/ORDERS?subject=orders&ack_wait=soon")
 	_, _, err = jetstream.ParseURL(u)
 	fmt.Println(err)
 	// Output:
 	// nats://127.0.0.1:4222 ORDERS orders 1m0s <nil>
-	// dedupq: URL "jetstream://127.0.0.1:4222/ORDERS?subject=REDACTED&ackwait=REDACTED": parameter "ackwait": not a duration such as 30s or 2m
+	// dedupq: URL "jetstream://127.0.0.1:4222/ORDERS?subject=REDACTED&ack_wait=REDACTED": parameter "ack_wait": not a duration such as 30s or 2m
 }

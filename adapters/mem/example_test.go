@@ -56,7 +56,7 @@ func ExampleNewBroker() {
 // parameters set the broker's Options, and URLBroker returns it.
 func ExampleURLBroker() {
 	ctx := context.Background()
-	pub, err := dedupq.OpenPublisher(ctx, "mem://example-url-broker?window=1m&maxdeliveries=3", dedupq.PublisherOptions{Retry: &window.RetryPolicy{MaxAttempts: 1}})
+	pub, err := dedupq.OpenPublisher(ctx, "mem://example-url-broker?window=1m&max_deliveries=3", dedupq.PublisherOptions{Retry: &window.RetryPolicy{MaxAttempts: 1}})
 	if err != nil {
 		log.Fatal(err)
 	}

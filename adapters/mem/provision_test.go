@@ -29,7 +29,7 @@ func TestURLRefusedOpenLeavesNoBroker(t *testing.T) {
 		refused, fix string // URL query of the refused and of the corrected open
 		open         func(raw string) error
 	}{
-		{"consumer with unbounded redelivery", "maxdeliveries=0&window=2m", "maxdeliveries=5&window=2m", func(raw string) error {
+		{"consumer with unbounded redelivery", "max_deliveries=0&window=2m", "max_deliveries=5&window=2m", func(raw string) error {
 			c, err := dedupq.OpenConsumer(t.Context(), raw, dedupq.ConsumerOptions{Dedup: guard})
 			if err == nil {
 				c.Close()

@@ -34,11 +34,11 @@ var urlBrokers = struct {
 // A mem URL is mem://NAME?param=value&… with these optional parameters:
 //
 //	window=2m          Options.DedupWindow (a Go duration; 0 or absent: no dedup)
-//	ackwait=30s        Options.AckWait
-//	maxdeliveries=5    Options.MaxDeliveries (0: unlimited)
+//	ack_wait=30s       Options.AckWait
+//	max_deliveries=5   Options.MaxDeliveries (0: unlimited)
 //	backoff=1s,5s      Options.Backoff
 //	seed=42            Options.Faults.Seed
-//	duppublish=0.1     Options.Faults.DuplicatePublish (and dupdelivery, lostack)
+//	dup_publish=0.1    Options.Faults.DuplicatePublish (and dup_delivery, lost_ack)
 //
 // The first URL that names a queue creates its broker, on the real clock,
 // with that URL's parameters, once the Publisher's or Consumer's startup
@@ -89,9 +89,9 @@ func probParam(field func(*Options) *float64) urlParam {
 }
 
 var urlParams = map[string]urlParam{
-	"window":  durationParam(func(o *Options) *time.Duration { return &o.DedupWindow }),
-	"ackwait": durationParam(func(o *Options) *time.Duration { return &o.AckWait }),
-	"maxdeliveries": {
+	"window":   durationParam(func(o *Options) *time.Duration { return &o.DedupWindow }),
+	"ack_wait": durationParam(func(o *Options) *time.Duration { return &o.AckWait }),
+	"max_deliveries": {
 		set: func(o *Options, v string) error {
 			n, err := strconv.Atoi(v)
 			if err != nil || n < 0 {
@@ -127,9 +127,9 @@ var urlParams = map[string]urlParam{
 		},
 		get: func(o Options) string { return strconv.FormatUint(o.Faults.Seed, 10) },
 	},
-	"duppublish":  probParam(func(o *Options) *float64 { return &o.Faults.DuplicatePublish }),
-	"dupdelivery": probParam(func(o *Options) *float64 { return &o.Faults.DuplicateDelivery }),
-	"lostack":     probParam(func(o *Options) *float64 { return &o.Faults.LostAck }),
+	"dup_publish":  probParam(func(o *Options) *float64 { return &o.Faults.DuplicatePublish }),
+	"dup_delivery": probParam(func(o *Options) *float64 { return &o.Faults.DuplicateDelivery }),
+	"lost_ack":     probParam(func(o *Options) *float64 { return &o.Faults.LostAck }),
 }
 
 var queueNameRE = regexp.MustCompile(`^[A-Za-z0-9._~-]{1,255}$`)

@@ -21,7 +21,7 @@ func TestURLPublisherAndConsumerMeet(t *testing.T) {
 	// URL brokers live as long as the process: a queue of its own per run
 	// keeps -count=N honest.
 	name := fmt.Sprintf("url-meet-%d", runs.Add(1))
-	raw := "mem://" + name + "?window=2m&ackwait=30s&maxdeliveries=5&backoff=1s,5s"
+	raw := "mem://" + name + "?window=2m&ack_wait=30s&max_deliveries=5&backoff=1s,5s"
 	pub, err := dedupq.OpenPublisher(ctx, raw, dedupq.PublisherOptions{})
 	if err != nil {
 		t.Fatal(err)
@@ -82,10 +82,10 @@ func TestURLParamErrors(t *testing.T) {
 		{"mem://url-bad?colour=blue", "colour"},
 		{"mem://url-bad?window=soon", "window"},
 		{"mem://url-bad?window=-1s", "window"},
-		{"mem://url-bad?maxdeliveries=x", "maxdeliveries"},
+		{"mem://url-bad?max_deliveries=x", "max_deliveries"},
 		{"mem://url-bad?backoff=1s,,", "backoff"},
-		{"mem://url-bad?lostack=2", "lostack"},
-		{"mem://url-bad?ackwait=1s&ackwait=2s", "ackwait"},
+		{"mem://url-bad?lost_ack=2", "lost_ack"},
+		{"mem://url-bad?ack_wait=1s&ack_wait=2s", "ack_wait"},
 		{"mem://?window=1m", "name"},
 		{"mem://url-bad/extra", "name"},
 		{"mem://url-bad;token=x", "name"},

@@ -294,7 +294,7 @@ func TestParseURL(t *testing.T) {
 		want  dpubsub.URLConfig
 	}{
 		{"pubsub://my-project/orders", "", dpubsub.URLConfig{Project: "my-project", ID: "orders"}},
-		{"pubsub://p1x/orders?emulator=127.0.0.1:8085&ack_extension=30s&max_extension=10m&max_outstanding=50&publish_timeout=5s", "",
+		{"pubsub://p1x/orders?emulator=127.0.0.1:8085&ack_wait=30s&max_extension=10m&max_outstanding=50&publish_timeout=5s", "",
 			dpubsub.URLConfig{Project: "p1x", ID: "orders", Emulator: "127.0.0.1:8085", Options: dpubsub.Options{
 				AckExtension: 30 * time.Second, MaxExtension: 10 * time.Minute, MaxOutstandingMessages: 50, PublishTimeout: 5 * time.Second}}},
 		{"pubsub:///orders", "project", dpubsub.URLConfig{}},
@@ -306,7 +306,7 @@ func TestParseURL(t *testing.T) {
 		{"pubsub://p1x/goog-orders", "id", dpubsub.URLConfig{}},
 		{"pubsub://p1x/orders?nope=1", "nope", dpubsub.URLConfig{}},
 		{"pubsub://p1x/orders?emulator=localhost", "emulator", dpubsub.URLConfig{}},
-		{"pubsub://p1x/orders?ack_extension=5s", "ack_extension", dpubsub.URLConfig{}},
+		{"pubsub://p1x/orders?ack_wait=5s", "ack_wait", dpubsub.URLConfig{}},
 		{"pubsub://p1x/orders?max_outstanding=0", "max_outstanding", dpubsub.URLConfig{}},
 		{"pubsub://p1x/orders?publish_timeout=soon", "publish_timeout", dpubsub.URLConfig{}},
 		{"pubsub://p1x/orders?max_outstanding=1&max_outstanding=2", "max_outstanding", dpubsub.URLConfig{}},

@@ -34,7 +34,7 @@ func init() { dedupq.Register(Scheme, &URLOpener{}) }
 //	                  the client honours PUBSUB_EMULATOR_HOST, else the real service with the
 //	                  standard Google credentials chain
 //	publish_timeout   Options.PublishTimeout, a Go duration ("30s")
-//	ack_extension     Options.AckExtension, a Go duration from 10s to 600s
+//	ack_wait          Options.AckExtension, a Go duration from 10s to 600s
 //	max_extension     Options.MaxExtension ("1h")
 //	max_outstanding   Options.MaxOutstandingMessages, a positive integer
 //
@@ -104,7 +104,7 @@ var (
 	// Topic and subscription IDs: 3–255 characters, starting with a
 	// letter, not with "goog".
 	resourceRE  = regexp.MustCompile(`^[A-Za-z][A-Za-z0-9._~+%-]{2,254}$`)
-	knownParams = []string{"emulator", "publish_timeout", "ack_extension", "max_extension", "max_outstanding"}
+	knownParams = []string{"emulator", "publish_timeout", "ack_wait", "max_extension", "max_outstanding"}
 	emuHostRE   = regexp.MustCompile(`^[A-Za-z0-9.-]+$|^[0-9A-Fa-f:.]+$`)
 	portRE      = regexp.MustCompile(`^[0-9]{1,5}$`)
 
@@ -158,7 +158,7 @@ func ParseURL(u *url.URL) (URLConfig, error) {
 		min, max time.Duration
 	}{
 		{"publish_timeout", &cfg.Options.PublishTimeout, time.Millisecond, 24 * time.Hour},
-		{"ack_extension", &cfg.Options.AckExtension, minAckExtension, maxAckExtension},
+		{"ack_wait", &cfg.Options.AckExtension, minAckExtension, maxAckExtension},
 		{"max_extension", &cfg.Options.MaxExtension, time.Second, 7 * 24 * time.Hour},
 	}
 	for _, d := range durations {

@@ -43,15 +43,18 @@ func init() { dedupq.Register(Scheme, &URLOpener{}) }
 //
 // Parameters (all optional):
 //
-//	conn_env            name of the environment variable holding the connection string
-//	kind                queue (default) or topic; a path with /subscriptions/ is a topic
-//	max_batch           Options.MaxBatch
 //	window              state the entity's properties instead of reading them
 //	                    (Options.Stated): the duplicate detection window ("10m"),
 //	                    or "none" for an entity without duplicate detection
-//	lock_duration       with window: the LockDuration (default 1m, Service Bus's default)
-//	max_delivery_count  with window: the MaxDeliveryCount (default 10, Service Bus's default)
+//	ack_wait            with window: the LockDuration (default 1m, Service Bus's default)
+//	max_deliveries      with window: the MaxDeliveryCount (default 10, Service Bus's default)
+//	max_batch           Options.MaxBatch
+//	conn_env            name of the environment variable holding the connection string
+//	kind                queue (default) or topic; a path with /subscriptions/ is a topic
 //	max_message_bytes   with window: the message size limit (default 256 KiB, Standard tier)
+//
+// window, ack_wait, max_deliveries and max_batch have the same names on
+// every backend that takes them (see the README's parameter table).
 //
 // Without window the properties are read through the management API
 // (Manage rights needed). The SDK's management client always speaks HTTPS
@@ -86,7 +89,7 @@ var (
 	subNameRE    = regexp.MustCompile(`^[A-Za-z0-9]([A-Za-z0-9._-]{0,48}[A-Za-z0-9])?$`)
 	envNameRE    = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
 	hostRE       = regexp.MustCompile(`^[A-Za-z0-9.-]+(:[0-9]+)?$|^\[[0-9A-Fa-f:.]+\](:[0-9]+)?$`)
-	knownParams  = []string{"conn_env", "kind", "max_batch", "window", "lock_duration", "max_delivery_count", "max_message_bytes"}
+	knownParams  = []string{"window", "ack_wait", "max_deliveries", "max_batch", "conn_env", "kind", "max_message_bytes"}
 )
 
 const credentialHint = "put the connection string in an environment variable and name it with conn_env"
@@ -158,7 +161,7 @@ func ParseURL(u *url.URL) (URLConfig, error) {
 	}
 	w, hasWindow := q["window"]
 	if !hasWindow {
-		for _, k := range []string{"lock_duration", "max_delivery_count", "max_message_bytes"} {
+		for _, k := range []string{"ack_wait", "max_deliveries", "max_message_bytes"} {
 			if q.Has(k) {
 				return c, perr(k, "only meaningful with window, which states the entity's properties instead of reading them")
 			}
@@ -173,17 +176,17 @@ func ParseURL(u *url.URL) (URLConfig, error) {
 		}
 		st.RequiresDuplicateDetection, st.DuplicateDetectionWindow = true, d
 	}
-	if v := q.Get("lock_duration"); v != "" {
+	if v := q.Get("ack_wait"); v != "" {
 		d, err := time.ParseDuration(v)
 		if err != nil || d < 5*time.Second || d > 5*time.Minute {
-			return c, perr("lock_duration", "want a duration from 5s to 5m")
+			return c, perr("ack_wait", "want a duration from 5s to 5m")
 		}
 		st.LockDuration = d
 	}
-	if v := q.Get("max_delivery_count"); v != "" {
+	if v := q.Get("max_deliveries"); v != "" {
 		n, err := strconv.Atoi(v)
 		if err != nil || n < 1 {
-			return c, perr("max_delivery_count", "want a positive number")
+			return c, perr("max_deliveries", "want a positive number")
 		}
 		st.MaxDeliveryCount = n
 	}

@@ -27,7 +27,7 @@ func TestParseURL(t *testing.T) {
 		{url: "servicebus://ns.servicebus.windows.net/orders", entity: servicebus.Entity{Queue: "orders"}, connEnv: servicebus.DefaultConnEnv},
 		{url: "servicebus://ns.servicebus.windows.net/events?kind=topic", entity: servicebus.Entity{Topic: "events"}, connEnv: servicebus.DefaultConnEnv},
 		{url: "servicebus://ns.servicebus.windows.net/events/subscriptions/billing?conn_env=SB_CONN", entity: servicebus.Entity{Topic: "events", Subscription: "billing"}, connEnv: "SB_CONN"},
-		{url: "servicebus://localhost:5672/orders?window=10m&lock_duration=30s&max_delivery_count=3", entity: servicebus.Entity{Queue: "orders"}, connEnv: servicebus.DefaultConnEnv,
+		{url: "servicebus://localhost:5672/orders?window=10m&ack_wait=30s&max_deliveries=3", entity: servicebus.Entity{Queue: "orders"}, connEnv: servicebus.DefaultConnEnv,
 			stated: &servicebus.EntityProperties{RequiresDuplicateDetection: true, DuplicateDetectionWindow: 10 * time.Minute, LockDuration: 30 * time.Second, MaxDeliveryCount: 3, MaxMessageBytes: servicebus.DefaultMaxMessageBytes}},
 		{url: "servicebus://localhost/orders?window=none", entity: servicebus.Entity{Queue: "orders"}, connEnv: servicebus.DefaultConnEnv,
 			stated: &servicebus.EntityProperties{LockDuration: time.Minute, MaxDeliveryCount: 10, MaxMessageBytes: servicebus.DefaultMaxMessageBytes}},
@@ -48,8 +48,8 @@ func TestParseURL(t *testing.T) {
 		{url: "servicebus://ns/events/subscriptions/a/b", badParam: "path"},
 		{url: "servicebus://ns/orders?conn_env=1BAD", badParam: "conn_env"},
 		{url: "servicebus://ns/orders?window=5s", badParam: "window"},
-		{url: "servicebus://ns/orders?window=10m&lock_duration=10m", badParam: "lock_duration"},
-		{url: "servicebus://ns/orders?lock_duration=30s", badParam: "lock_duration"},
+		{url: "servicebus://ns/orders?window=10m&ack_wait=10m", badParam: "ack_wait"},
+		{url: "servicebus://ns/orders?ack_wait=30s", badParam: "ack_wait"},
 		{url: "servicebus://ns/orders?max_batch=0", badParam: "max_batch"},
 		{url: "servicebus://ns/orders?window=1m&window=2m", badParam: "window"},
 	}
@@ -86,7 +86,7 @@ func TestParseURL(t *testing.T) {
 func FuzzParseURL(f *testing.F) {
 	for _, s := range []string{
 		"servicebus://ns.servicebus.windows.net/orders",
-		"servicebus://localhost:5672/orders?window=10m&lock_duration=30s",
+		"servicebus://localhost:5672/orders?window=10m&ack_wait=30s",
 		"servicebus://ns/events/subscriptions/billing?conn_env=X",
 		"servicebus://u:p@ns/orders?SharedAccessKey=k",
 	} {
@@ -131,7 +131,7 @@ func TestOpenByURL(t *testing.T) {
 	q := newQueue(t, d, a, servicebus.EntityProperties{RequiresDuplicateDetection: true, DuplicateDetectionWindow: 10 * time.Minute, LockDuration: 30 * time.Second, MaxDeliveryCount: 3})
 	t.Setenv("DEDUPQ_TEST_SB", d.ConnectionString())
 	host := "127.0.0.1:" + strings.TrimPrefix(strings.SplitN(d.ConnectionString(), ";", 2)[0], "Endpoint=sb://127.0.0.1:")
-	raw := "servicebus://" + host + "/" + q + "?conn_env=DEDUPQ_TEST_SB&window=10m&lock_duration=30s&max_delivery_count=3"
+	raw := "servicebus://" + host + "/" + q + "?conn_env=DEDUPQ_TEST_SB&window=10m&ack_wait=30s&max_deliveries=3"
 	ctx := t.Context()
 	p, err := dedupq.OpenPublisher(ctx, raw, dedupq.PublisherOptions{})
 	if err != nil {

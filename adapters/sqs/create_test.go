@@ -141,7 +141,7 @@ func TestCreateByURL(t *testing.T) {
 		wantRedeliv window.RedeliveryPolicy
 	}{
 		{"defaults", "", "30", sqs.DefaultMaxReceiveCount, window.RedeliveryPolicy{MaxDeliveries: 5, AckWait: 30 * time.Second}},
-		{"from the URL", "&visibility_timeout=7s&max_deliveries=3", "7", 3, window.RedeliveryPolicy{MaxDeliveries: 3, AckWait: 7 * time.Second}},
+		{"from the URL", "&ack_wait=7s&max_deliveries=3", "7", 3, window.RedeliveryPolicy{MaxDeliveries: 3, AckWait: 7 * time.Second}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			name := freshName(t, c)
@@ -230,7 +230,7 @@ func TestCreateRefusedCheckLeavesNothing(t *testing.T) {
 		}},
 		// 1000 deliveries of 12h each: no Guard of an hour covers that.
 		{"redelivery outlives the dedup TTL", func() error {
-			_, err := dedupq.OpenConsumer(ctxFor(t, 20*time.Second), createURL(name, "&max_deliveries=1000&visibility_timeout=12h"),
+			_, err := dedupq.OpenConsumer(ctxFor(t, 20*time.Second), createURL(name, "&max_deliveries=1000&ack_wait=12h"),
 				dedupq.ConsumerOptions{Dedup: newGuard(t, time.Hour)})
 			return err
 		}},

@@ -104,7 +104,7 @@
 //
 // It makes a FIFO dead-letter queue named DeadLetterName(queue)
 // ("orders-dlq.fifo"), then the FIFO queue with a VisibilityTimeout of
-// visibility_timeout (default 30s) and a RedrivePolicy to the dead-letter
+// ack_wait (default 30s) and a RedrivePolicy to the dead-letter
 // queue with a maxReceiveCount of max_deliveries (default 5): a redelivery
 // span of 2m30s by default, which any dedup Guard TTL of minutes covers.
 // Nothing is created while opening: dedupq.NewPublisher and NewConsumer

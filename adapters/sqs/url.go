@@ -30,26 +30,28 @@ func init() { dedupq.Register(Scheme, &URLOpener{}) }
 //
 // Parameters (all optional):
 //
-//	region              AWS region; else the standard AWS chain's (AWS_REGION, profile), else the
-//	                    region in an sqs.REGION.amazonaws.com host
-//	endpoint            base endpoint, for emulators: http://127.0.0.1:4566
-//	group               Options.DefaultGroup
-//	hash_long_ids       Options.HashLongIDs (true/false)
-//	visibility_timeout  Options.VisibilityTimeout, a Go duration in whole seconds ("45s")
-//	wait_time           Options.WaitTime ("20s")
-//	nack_backoff        Options.NackBackoff, comma-separated durations ("1s,10s,1m")
-//	terminate           "dlq" (default: move to the redrive policy's dead-letter queue) or
-//	                    "delete" (Options.TerminateDeletes)
-//	delete_linger       Options.DeleteLinger ("5ms")
-//	create              Options.Create (true/false), for emulators only: with endpoint= naming one
-//	                    (refused without it, or with an AWS endpoint), create the queue when it is
-//	                    missing, with a dead-letter queue QUEUE-dlq.fifo and a RedrivePolicy
-//	max_deliveries      Options.MaxReceiveCount: the maxReceiveCount (1–1000) of a queue create=true
-//	                    makes (default 5); an existing queue's must equal it
+//	ack_wait        Options.VisibilityTimeout, a Go duration in whole seconds ("45s")
+//	backoff         Options.NackBackoff, comma-separated durations ("1s,10s,1m")
+//	region          AWS region; else the standard AWS chain's (AWS_REGION, profile), else the
+//	                region in an sqs.REGION.amazonaws.com host
+//	endpoint        base endpoint, for emulators: http://127.0.0.1:4566
+//	group           Options.DefaultGroup
+//	hash_long_ids   Options.HashLongIDs (true/false)
+//	wait_time       Options.WaitTime ("20s")
+//	terminate       "dlq" (default: move to the redrive policy's dead-letter queue) or
+//	                "delete" (Options.TerminateDeletes)
+//	delete_linger   Options.DeleteLinger ("5ms")
+//	create          Options.Create (true/false), for emulators only: with endpoint= naming one
+//	                (refused without it, or with an AWS endpoint), create the queue when it is
+//	                missing, with a dead-letter queue QUEUE-dlq.fifo and a RedrivePolicy
+//	max_deliveries  Options.MaxReceiveCount: the maxReceiveCount (1–1000) of a queue create=true
+//	                makes (default 5); an existing queue's must equal it
 //
-// With create=true the created queue's VisibilityTimeout is
-// visibility_timeout's (default 30s, SQS's own). One URL then runs the whole
-// flow on an emulator, with no queue made by hand:
+// ack_wait, backoff, create and max_deliveries have the same names on every
+// backend that takes them (see the README's parameter table). With
+// create=true the created queue's VisibilityTimeout is ack_wait's (default
+// 30s, SQS's own). One URL then runs the whole flow on an emulator, with no
+// queue made by hand:
 //
 //	sqs://orders.fifo?region=us-east-1&endpoint=http://127.0.0.1:4566&create=true
 //
@@ -86,7 +88,7 @@ var (
 	regionRE       = regexp.MustCompile(`^[a-z0-9-]+$`)
 	hostRE         = regexp.MustCompile(`^[A-Za-z0-9.-]+(:[0-9]+)?$|^\[[0-9A-Fa-f:.]+\](:[0-9]+)?$`)
 	credentialHint = "they come from the standard AWS chain (AWS_ACCESS_KEY_ID, profiles, roles)"
-	knownParams    = []string{"region", "endpoint", "group", "hash_long_ids", "visibility_timeout", "wait_time", "nack_backoff", "terminate", "delete_linger", "create", "max_deliveries"}
+	knownParams    = []string{"ack_wait", "backoff", "region", "endpoint", "group", "hash_long_ids", "wait_time", "terminate", "delete_linger", "create", "max_deliveries"}
 )
 
 // ParseURL reads an sqs:// URL into the queue (a name or a queue URL), the
@@ -164,7 +166,7 @@ func ParseURL(u *url.URL) (queue, region, endpoint string, opts *Options, err er
 		dst      *time.Duration
 		min, max time.Duration
 	}{
-		{"visibility_timeout", &o.VisibilityTimeout, time.Second, maxVisibility},
+		{"ack_wait", &o.VisibilityTimeout, time.Second, maxVisibility},
 		{"wait_time", &o.WaitTime, 0, maxWait},
 		{"delete_linger", &o.DeleteLinger, 0, time.Second},
 	}
@@ -176,7 +178,7 @@ func ParseURL(u *url.URL) (queue, region, endpoint string, opts *Options, err er
 		if perr != nil || v < d.min || v > d.max {
 			return "", "", "", nil, bad(d.name, "want a duration between %s and %s", d.min, d.max)
 		}
-		if d.name == "visibility_timeout" && v%time.Second != 0 {
+		if d.name == "ack_wait" && v%time.Second != 0 {
 			return "", "", "", nil, bad(d.name, "want a whole number of seconds")
 		}
 		*d.dst = v
@@ -184,11 +186,11 @@ func ParseURL(u *url.URL) (queue, region, endpoint string, opts *Options, err er
 	if q.Has("delete_linger") && o.DeleteLinger == 0 {
 		o.DeleteLinger = -1 // "0" in a URL means no lingering, as a negative Options value does
 	}
-	if q.Has("nack_backoff") {
-		for _, s := range strings.Split(q.Get("nack_backoff"), ",") {
+	if q.Has("backoff") {
+		for _, s := range strings.Split(q.Get("backoff"), ",") {
 			v, perr := time.ParseDuration(strings.TrimSpace(s))
 			if perr != nil || v < 0 || v > maxVisibility {
-				return "", "", "", nil, bad("nack_backoff", "want a comma-separated list of durations up to 12h")
+				return "", "", "", nil, bad("backoff", "want a comma-separated list of durations up to 12h")
 			}
 			o.NackBackoff = append(o.NackBackoff, v)
 		}

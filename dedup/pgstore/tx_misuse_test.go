@@ -62,7 +62,7 @@ func TestTxOutsideTxGuard(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 			defer cancel()
-			url := "mem://" + randomName("misuse-") + "?window=2m&ackwait=30s&maxdeliveries=5"
+			url := "mem://" + randomName("misuse-") + "?window=2m&ack_wait=30s&max_deliveries=5"
 			pub, err := dedupq.OpenPublisher(ctx, url, dedupq.PublisherOptions{})
 			if err != nil {
 				t.Fatal(err)

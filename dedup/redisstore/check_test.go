@@ -99,7 +99,7 @@ func TestConsumerStartupFailsOnDeadRedis(t *testing.T) {
 			return dedupq.NewConsumer(ctx, sub, dedupq.ConsumerOptions{Dedup: g})
 		}},
 		{"OpenConsumer", func(ctx context.Context) (*dedupq.Consumer, error) {
-			return dedupq.OpenConsumer(ctx, "mem://"+strings.ReplaceAll(t.Name(), "/", "-")+"?maxdeliveries=5", dedupq.ConsumerOptions{Dedup: g})
+			return dedupq.OpenConsumer(ctx, "mem://"+strings.ReplaceAll(t.Name(), "/", "-")+"?max_deliveries=5", dedupq.ConsumerOptions{Dedup: g})
 		}},
 	}
 	for _, tt := range tests {

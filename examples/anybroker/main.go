@@ -2,9 +2,9 @@
 // dedupq's portable API, on whichever broker the URL in DEDUPQ_URL names.
 // The code does not change between brokers; only the URL does:
 //
-//	go run ./examples/anybroker                      # mem://orders?window=2m&ackwait=30s&maxdeliveries=5, in memory
-//	DEDUPQ_URL='jetstream://127.0.0.1:4222/ORDERS?subject=orders&durable=anybroker&create=true&maxdeliver=5' go run ./examples/anybroker
-//	DEDUPQ_URL='jetstream://embedded/ORDERS?subject=orders&durable=anybroker&create=true&maxdeliver=5' go run ./examples/anybroker
+//	go run ./examples/anybroker                      # mem://orders?window=2m&ack_wait=30s&max_deliveries=5, in memory
+//	DEDUPQ_URL='jetstream://127.0.0.1:4222/ORDERS?subject=orders&durable=anybroker&create=true&max_deliveries=5' go run ./examples/anybroker
+//	DEDUPQ_URL='jetstream://embedded/ORDERS?subject=orders&durable=anybroker&create=true&max_deliveries=5' go run ./examples/anybroker
 //	DEDUPQ_URL='sqs://orders.fifo?region=us-east-1&endpoint=http://127.0.0.1:4566&create=true' go run ./examples/anybroker
 //
 // The host "embedded" names a NATS server inside the process: importing
@@ -69,7 +69,7 @@ import (
 // defaultURL is an in-memory queue with a 2-minute dedup window (a
 // JetStream stream's default) and at most 5 deliveries of a message 30s
 // apart, so that both startup checks pass.
-const defaultURL = "mem://orders?window=2m&ackwait=30s&maxdeliveries=5"
+const defaultURL = "mem://orders?window=2m&ack_wait=30s&max_deliveries=5"
 
 func main() {
 	log.SetFlags(0)

@@ -102,11 +102,11 @@ func TestRunOnEveryBroker(t *testing.T) {
 				}
 			}
 		}},
-		{"mem with window", "mem://example-w-" + id + "?window=2m&maxdeliveries=5", false, nil, true, wantOnce},
+		{"mem with window", "mem://example-w-" + id + "?window=2m&max_deliveries=5", false, nil, true, wantOnce},
 		// File storage: the stream outlives the server's stop after the
 		// first run, so the second finds the first's sends.
-		{"jetstream embedded", "jetstream://embedded/EX" + id + "?subject=ex" + id + "&durable=example&create=true&maxdeliver=5", false, nil, true, wantOnce},
-		{"jetstream local", "jetstream://127.0.0.1:4222/EX" + id + "?subject=ex" + id + "&durable=example&create=true&maxdeliver=5&storage=memory", true, nil, true, wantOnce},
+		{"jetstream embedded", "jetstream://embedded/EX" + id + "?subject=ex" + id + "&durable=example&create=true&max_deliveries=5", false, nil, true, wantOnce},
+		{"jetstream local", "jetstream://127.0.0.1:4222/EX" + id + "?subject=ex" + id + "&durable=example&create=true&max_deliveries=5&storage=memory", true, nil, true, wantOnce},
 		// One URL, no queue made by hand: create=true makes the queue, its
 		// dead-letter queue and the redrive policy once both checks pass.
 		{"sqs fauxqs", "", false, func(t *testing.T) string {

@@ -19,9 +19,9 @@ import (
 )
 
 // queueURL names the stream ORDERS, created if missing with the server's
-// 2-minute dedup window, and the durable consumer billing. maxdeliver
+// 2-minute dedup window, and the durable consumer billing. max_deliveries
 // bounds redelivery: the dedup guard's TTL must provably cover it.
-const queueURL = "jetstream://127.0.0.1:4222/ORDERS?subject=orders&durable=billing&create=true&maxdeliver=5"
+const queueURL = "jetstream://127.0.0.1:4222/ORDERS?subject=orders&durable=billing&create=true&max_deliveries=5"
 
 func main() {
 	ctx := context.Background()

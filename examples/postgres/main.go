@@ -70,7 +70,7 @@ func run(ctx context.Context, pool *pgxpool.Pool, queue string) error {
 	}
 
 	// 1. Orders go through a queue that delivers every message twice, at once.
-	queueURL := "mem://" + queue + "?window=2m&ackwait=10s&maxdeliveries=5&dupdelivery=1"
+	queueURL := "mem://" + queue + "?window=2m&ack_wait=10s&max_deliveries=5&dup_delivery=1"
 	pub, err := dedupq.OpenPublisher(ctx, queueURL, dedupq.PublisherOptions{})
 	if err != nil {
 		return err

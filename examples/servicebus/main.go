@@ -9,7 +9,7 @@
 // refused at startup. Its properties (window, lock duration, maximum
 // delivery count) are read through the management API, which needs Manage
 // rights; without them, or on an emulator, state them in the URL, as in
-// ?window=10m&lock_duration=1m&max_delivery_count=10.
+// ?window=10m&ack_wait=1m&max_deliveries=10.
 //
 // An order that no redelivery can make right is dead-lettered: the
 // handler returns it wrapped in dedupq.Permanent.

@@ -40,7 +40,7 @@ func TestRun(t *testing.T) {
 	}
 	t.Setenv("SERVICEBUS_CONNECTION_STRING", d.ConnectionString())
 	endpoint := strings.TrimPrefix(strings.SplitN(d.ConnectionString(), ";", 2)[0], "Endpoint=sb://")
-	url := "servicebus://" + endpoint + "/" + queue + "?window=10m&lock_duration=30s&max_delivery_count=3"
+	url := "servicebus://" + endpoint + "/" + queue + "?window=10m&ack_wait=30s&max_deliveries=3"
 
 	// run fails unless both stored orders are settled.
 	if err := run(ctx, url); err != nil {

@@ -2,7 +2,8 @@
 // dial; accepted jetstream URLs dial a loopback port nothing listens on,
 // accepted mem URLs open in-process brokers, accepted servicebus URLs stop
 // at a missing connection-string variable, and accepted sqs and pubsub
-// URLs are not opened (they would reach AWS or Google).
+// URLs are not opened (they would reach AWS or Google). It also reads
+// ../../README.md, whose parameter table must match the adapters.
 package urltest
 
 import (
@@ -11,6 +12,7 @@ import (
 	"fmt"
 	"net"
 	"net/url"
+	"os"
 	"slices"
 	"strings"
 	"testing"
@@ -22,6 +24,7 @@ import (
 	"github.com/dedupq/dedupq/adapters/pubsub"
 	"github.com/dedupq/dedupq/adapters/servicebus"
 	"github.com/dedupq/dedupq/adapters/sqs"
+	"github.com/dedupq/dedupq/internal/urlvocab"
 )
 
 // marker is planted wherever a secret could be; no error may show it.
@@ -50,32 +53,32 @@ func schemes(t testing.TB) []scheme {
 		{
 			name:  "mem",
 			base:  "mem://urltest?window=2m",
-			known: []string{"window", "ackwait", "maxdeliveries", "backoff", "seed", "duppublish", "dupdelivery", "lostack"},
+			known: urlvocab.Params("mem"),
 			open:  true,
 		},
 		{
 			name:  "jetstream",
 			base:  "jetstream://" + refusingAddr(t) + "/S?subject=s&durable=d",
-			known: []string{"subject", "durable", "create", "storage", "duplicates", "ackwait", "maxdeliver", "backoff", "maxbatch"},
+			known: urlvocab.Params("jetstream"),
 			parse: func(u *url.URL) error { _, _, err := jetstream.ParseURL(u); return err },
 			open:  true,
 		},
 		{
 			name:  "sqs",
 			base:  "sqs://q.fifo?region=eu-west-1",
-			known: []string{"region", "endpoint", "group", "hash_long_ids", "visibility_timeout", "wait_time", "nack_backoff", "terminate", "delete_linger"},
+			known: urlvocab.Params("sqs"),
 			parse: func(u *url.URL) error { _, _, _, _, err := sqs.ParseURL(u); return err },
 		},
 		{
 			name:  "pubsub",
 			base:  "pubsub://p1x/orders?emulator=127.0.0.1:8085",
-			known: []string{"emulator", "publish_timeout", "ack_extension", "max_extension", "max_outstanding"},
+			known: urlvocab.Params("pubsub"),
 			parse: func(u *url.URL) error { _, err := pubsub.ParseURL(u); return err },
 		},
 		{
 			name:  "servicebus",
 			base:  "servicebus://ns.servicebus.windows.net/orders?conn_env=" + unsetEnv + "&window=10m",
-			known: []string{"conn_env", "kind", "max_batch", "window", "lock_duration", "max_delivery_count", "max_message_bytes"},
+			known: urlvocab.Params("servicebus"),
 			parse: func(u *url.URL) error { _, err := servicebus.ParseURL(u); return err },
 			open:  true,
 		},
@@ -301,7 +304,7 @@ func FuzzURLErrorsNeverEchoQuery(f *testing.F) {
 		f.Add(rest + "&colour=blue#frag")
 		f.Add("user:pw@" + rest + "&token=x")
 	}
-	for _, s := range []string{"h/S?subject=a&backoff=1s,,2s&maxdeliver=x", "q.fifo?endpoint=http://u:p@h:1/?x=1", "ns/t/subscriptions/s?kind=queue&x", "p/orders?emulator=a@b:1"} {
+	for _, s := range []string{"h/S?subject=a&backoff=1s,,2s&max_deliveries=x", "q.fifo?endpoint=http://u:p@h:1/?x=1", "ns/t/subscriptions/s?kind=queue&x", "p/orders?emulator=a@b:1"} {
 		f.Add(s)
 	}
 	all := schemes(f)
@@ -346,4 +349,187 @@ func planted(u *url.URL) string {
 		v.Fragment, v.RawFragment = v.Fragment+marker, ""
 	}
 	return v.String()
+}
+
+// parseErr validates raw with sch's parser, or for mem, which has none of
+// its own, opens a consumer (a refused mem URL touches no broker).
+func parseErr(t *testing.T, sch scheme, raw string) *dedupq.ParamError {
+	t.Helper()
+	u, err := url.Parse(raw)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sch.parse != nil {
+		err = sch.parse(u)
+	} else {
+		var c *dedupq.Consumer
+		if c, err = dedupq.OpenConsumer(t.Context(), raw, dedupq.ConsumerOptions{}); err == nil {
+			c.Close()
+		}
+	}
+	var pe *dedupq.ParamError
+	if !errors.As(err, &pe) {
+		t.Fatalf("%q: error %v, want a *dedupq.ParamError", raw, err)
+	}
+	if s := showsMarker(err); s != "" {
+		t.Errorf("%q: the error shows the planted value: %s", raw, s)
+	}
+	return pe
+}
+
+// TestKnownParamsAreTheVocabulary: each adapter takes exactly the
+// parameters internal/urlvocab lists for its scheme, which the hints and
+// the README table are made from.
+func TestKnownParamsAreTheVocabulary(t *testing.T) {
+	for _, sch := range schemes(t) {
+		t.Run(sch.name, func(t *testing.T) {
+			pe := parseErr(t, sch, sch.base+"&colour="+marker)
+			_, list, ok := strings.Cut(pe.Reason, "(known: ")
+			if pe.Param != "colour" || !ok {
+				t.Fatalf("error %v, want colour refused with the known list", pe)
+			}
+			got := slices.Sorted(slices.Values(strings.Split(strings.TrimSuffix(list, ")"), ", ")))
+			if want := slices.Sorted(slices.Values(sch.known)); !slices.Equal(got, want) {
+				t.Errorf("the adapter takes %v, urlvocab lists %v", got, want)
+			}
+		})
+	}
+}
+
+// TestUnknownParamHints: through every adapter, an old or another
+// backend's spelling is refused with a hint naming the right parameter.
+func TestUnknownParamHints(t *testing.T) {
+	type hintCase struct{ scheme, param, hint string }
+	cases := []hintCase{
+		// Every name an adapter took before the common vocabulary.
+		{"mem", "ackwait", "did you mean ack_wait?"},
+		{"mem", "maxdeliveries", "did you mean max_deliveries?"},
+		{"mem", "duppublish", "did you mean dup_publish?"},
+		{"mem", "dupdelivery", "did you mean dup_delivery?"},
+		{"mem", "lostack", "did you mean lost_ack?"},
+		{"jetstream", "duplicates", "did you mean window? JetStream's Duplicates is window here"},
+		{"jetstream", "ackwait", "did you mean ack_wait?"},
+		{"jetstream", "maxdeliver", "did you mean max_deliveries? JetStream's MaxDeliver is max_deliveries here"},
+		{"jetstream", "maxbatch", "did you mean max_batch?"},
+		{"sqs", "visibility_timeout", "did you mean ack_wait? SQS's VisibilityTimeout is ack_wait here"},
+		{"sqs", "nack_backoff", "did you mean backoff?"},
+		{"servicebus", "lock_duration", "did you mean ack_wait? Service Bus's LockDuration is ack_wait here"},
+		{"servicebus", "max_delivery_count", "did you mean max_deliveries? Service Bus's MaxDeliveryCount is max_deliveries here"},
+		// Case variants, as the issue reported them.
+		{"mem", "Window", "did you mean window?"},
+		{"jetstream", "ackWait", "did you mean ack_wait?"},
+		{"servicebus", "ack-wait", "did you mean ack_wait?"},
+		{"pubsub", "Max_Outstanding", "did you mean max_outstanding?"},
+		// Another backend's parameter.
+		{"sqs", "durable", "durable is a jetstream parameter; sqs has no such parameter"},
+		{"pubsub", "window", "window is a jetstream, mem and servicebus parameter; pubsub has no such parameter"},
+		{"pubsub", "max_delivery_count", "max_deliveries is a jetstream, mem, servicebus and sqs parameter; pubsub has no such parameter; Service Bus's MaxDeliveryCount is max_deliveries in dedupq URLs"},
+		{"pubsub", "ack_extension", "did you mean ack_wait? pubsub's former ack_extension is ack_wait here"},
+	}
+	// And every parameter of every scheme, on every scheme that lacks it,
+	// and in upper case on every scheme that has it.
+	all := schemes(t)
+	for _, from := range all {
+		for _, p := range from.known {
+			for _, on := range all {
+				if slices.Contains(on.known, p) {
+					cases = append(cases, hintCase{on.name, strings.ToUpper(p), "did you mean " + p + "?"})
+				} else {
+					cases = append(cases, hintCase{on.name, p, p + " is a "})
+				}
+			}
+		}
+	}
+	byName := map[string]scheme{}
+	for _, s := range all {
+		byName[s.name] = s
+	}
+	for _, tc := range cases {
+		t.Run(tc.scheme+"/"+tc.param, func(t *testing.T) {
+			sch := byName[tc.scheme]
+			pe := parseErr(t, sch, sch.base+"&"+tc.param+"="+marker)
+			if pe.Param != tc.param || !strings.HasPrefix(pe.Reason, "unknown parameter: ") || !strings.Contains(pe.Reason, tc.hint) {
+				t.Errorf("error %v, want %s refused as unknown with %q", pe, tc.param, tc.hint)
+			}
+		})
+	}
+}
+
+// TestREADMEListsEveryParameter: README.md's parameter table has a row for
+// every parameter of every scheme, portable ones (taken by more than one
+// scheme) first, and a scheme's cell is "–" exactly when the scheme does
+// not take the parameter. It reads ../../README.md.
+func TestREADMEListsEveryParameter(t *testing.T) {
+	text, err := os.ReadFile("../../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cells := func(line string) []string {
+		parts := strings.Split(strings.Trim(strings.TrimSpace(line), "|"), "|")
+		for i, p := range parts {
+			parts[i] = strings.Trim(strings.TrimSpace(p), "`")
+		}
+		return parts
+	}
+	const head = "| parameter | meaning |"
+	i := strings.Index(string(text), "\n"+head)
+	if i < 0 {
+		t.Fatalf("README.md has no table headed %q", head)
+	}
+	lines := strings.Split(string(text[i+1:]), "\n")
+	column := map[string]int{}
+	for i, h := range cells(lines[0]) {
+		column[strings.TrimSuffix(h, "://")] = i
+	}
+	rows := map[string][]string{}
+	var order []string
+	for _, line := range lines[2:] { // after the header and its --- line
+		if !strings.HasPrefix(line, "|") {
+			break
+		}
+		c := cells(line)
+		rows[c[0]] = c
+		order = append(order, c[0])
+	}
+	all := schemes(t)
+	takers := map[string][]string{}
+	for _, s := range all {
+		if _, ok := column[s.name]; !ok {
+			t.Errorf("the table has no column for %s://", s.name)
+		}
+		for _, p := range s.known {
+			takers[p] = append(takers[p], s.name)
+		}
+	}
+	for p := range takers {
+		if rows[p] == nil {
+			t.Errorf("the table has no row for %s", p)
+		}
+	}
+	seenSpecific := false
+	for _, p := range order {
+		if takers[p] == nil {
+			t.Errorf("the table lists %s, which no scheme takes", p)
+			continue
+		}
+		if portable := len(takers[p]) > 1; portable && seenSpecific {
+			t.Errorf("portable parameter %s comes after a scheme's own", p)
+		} else if !portable {
+			seenSpecific = true
+		}
+		for _, s := range all {
+			i := column[s.name]
+			if i >= len(rows[p]) {
+				t.Errorf("row %s has no cell for %s", p, s.name)
+				continue
+			}
+			takes := slices.Contains(takers[p], s.name)
+			switch cell := rows[p][i]; {
+			case takes && cell == "–":
+				t.Errorf("row %s, column %s: –, but %s takes %s: name the setting it maps to", p, s.name, s.name, p)
+			case !takes && cell != "–":
+				t.Errorf("row %s, column %s: %q, but %s does not take %s: want –", p, s.name, cell, s.name, p)
+			}
+		}
+	}
 }

@@ -25,7 +25,7 @@ func Example() {
 	ctx := context.Background()
 	// Removes the server's temporary store when the program is done.
 	defer embedded.Shutdown(ctx)
-	const url = "jetstream://embedded/ORDERS?subject=orders&durable=billing&create=true&maxdeliver=5"
+	const url = "jetstream://embedded/ORDERS?subject=orders&durable=billing&create=true&max_deliveries=5"
 
 	pub, err := dedupq.OpenPublisher(ctx, url, dedupq.PublisherOptions{})
 	if err != nil {

@@ -51,7 +51,7 @@ func name(t *testing.T) string {
 // url names a stream of its own on the in-process server, with a
 // durable bounded for a dedup guard.
 func url(stream string) string {
-	return "jetstream://embedded/" + stream + "?subject=" + stream + "&durable=d&create=true&maxdeliver=3"
+	return "jetstream://embedded/" + stream + "?subject=" + stream + "&durable=d&create=true&max_deliveries=3"
 }
 
 // noLeak fails t unless, within a deadline, the process runs no more
