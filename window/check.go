@@ -44,12 +44,12 @@ type ConsumerPlan struct {
 	// DedupTTL is how long the consumer's dedup store remembers a
 	// completed key. Zero means no dedup store: nothing to check.
 	DedupTTL time.Duration
-	// ProducerSpan is the publishers' declared worst-case retry span. When
+	// PublisherSpan is the publishers' declared worst-case retry span. When
 	// it does not fit the broker window less the margin, the store must
 	// cover all of it on top of the redelivery span, not only the part
 	// beyond the window: the first copy's key may be recorded right after
 	// the first send, and the last resend may arrive a whole span later.
-	ProducerSpan time.Duration
+	PublisherSpan time.Duration
 	// Margin is as in PublisherPlan.
 	Margin float64
 }
@@ -246,7 +246,7 @@ func largestFitting(hi, ceiling time.Duration, fits func(time.Duration) bool) (t
 
 // CheckConsumer returns nil when the consumer's dedup store remembers a
 // completed key until the last delivery that may claim it: the broker's
-// redelivery span R, plus the whole ProducerSpan P when P does not fit the
+// redelivery span R, plus the whole PublisherSpan P when P does not fit the
 // broker window (a second copy may then be stored as late as P after the
 // first send, whose completion may be recorded right after that send). See
 // the package doc for the model. Without a store (DedupTTL zero) there is
@@ -257,8 +257,8 @@ func CheckConsumer(p ConsumerPlan) error {
 	}
 	m := margin(p.Margin)
 	beyond := time.Duration(0)
-	if !fitsWindow(p.ProducerSpan, p.Window, m) {
-		beyond = p.ProducerSpan
+	if !fitsWindow(p.PublisherSpan, p.Window, m) {
+		beyond = p.PublisherSpan
 	}
 	if beyond == 0 && p.Redelivery.MaxDeliveries == 1 {
 		// One copy, delivered once: its only claim comes before anything
@@ -290,7 +290,7 @@ func CheckConsumer(p ConsumerPlan) error {
 		}
 		fixes = append(fixes, fmt.Sprintf("raise the dedup store TTL to ≥ %s", needed(span, m)))
 		if beyond > 0 && p.Window.Protects() && p.Redelivery.Span() <= usable(p.DedupTTL, m) {
-			fixes = append(fixes, fmt.Sprintf("keep the publishers' retry span (ProducerSpan) within %s, the broker window less the margin", usable(p.Window.Duration, m)))
+			fixes = append(fixes, fmt.Sprintf("keep the publishers' retry span (PublisherSpan) within %s, the broker window less the margin", usable(p.Window.Duration, m)))
 		}
 	}
 	return &UnsafeRetryError{

@@ -37,7 +37,7 @@
 //     sufficient; its fix hint says the TTL must cover P plus R.
 //   - Consumer: T ≥ R when P ≤ W, and T ≥ R + P — the whole P, not P−W —
 //     when P > W. This is the sufficient condition: with a truthful
-//     ProducerSpan it alone rules out a duplicate effect, whatever the
+//     PublisherSpan it alone rules out a duplicate effect, whatever the
 //     publisher checked. With P ≤ W and MaxDeliveries 1 there is one
 //     delivery of one copy, claimed before anything completes: any T.
 //

@@ -203,24 +203,24 @@ func TestCheckConsumer(t *testing.T) {
 		{"ttl covers redelivery", ConsumerPlan{Redelivery: sqsRedelivery, Window: sqsWindow, DedupTTL: 5 * time.Minute}, false, ""},
 		{"ttl too short", ConsumerPlan{Redelivery: sqsRedelivery, Window: sqsWindow, DedupTTL: 2 * time.Minute}, true, "lower MaxDeliveries to 3"},
 		{"unlimited redelivery", ConsumerPlan{Redelivery: RedeliveryPolicy{AckWait: 30 * time.Second}, Window: jetstreamWindow, DedupTTL: 24 * time.Hour}, true, "bound redeliveries"},
-		{"producer span within window adds nothing", ConsumerPlan{Redelivery: sqsRedelivery, Window: sqsWindow, DedupTTL: 4 * time.Minute, ProducerSpan: 4 * time.Minute}, false, ""},
-		// Beyond the window the whole producer span counts, not the 3m
+		{"publisher span within window adds nothing", ConsumerPlan{Redelivery: sqsRedelivery, Window: sqsWindow, DedupTTL: 4 * time.Minute, PublisherSpan: 4 * time.Minute}, false, ""},
+		// Beyond the window the whole publisher span counts, not the 3m
 		// beyond it: 2m30s + 8m = 10m30s, over 0.8 = 13m8s.
-		{"producer span beyond window counts in full", ConsumerPlan{Redelivery: sqsRedelivery, Window: sqsWindow, DedupTTL: 4 * time.Minute, ProducerSpan: 8 * time.Minute}, true, "raise the dedup store TTL to ≥ 13m8s"},
-		{"producer span beyond window: the old 6m53s is refused", ConsumerPlan{Redelivery: sqsRedelivery, Window: sqsWindow, DedupTTL: 6*time.Minute + 53*time.Second, ProducerSpan: 8 * time.Minute}, true, "keep the publishers' retry span (ProducerSpan) within 4m0s"},
-		{"producer span beyond window, ttl covers all of it", ConsumerPlan{Redelivery: sqsRedelivery, Window: sqsWindow, DedupTTL: 13*time.Minute + 8*time.Second, ProducerSpan: 8 * time.Minute}, false, ""},
+		{"publisher span beyond window counts in full", ConsumerPlan{Redelivery: sqsRedelivery, Window: sqsWindow, DedupTTL: 4 * time.Minute, PublisherSpan: 8 * time.Minute}, true, "raise the dedup store TTL to ≥ 13m8s"},
+		{"publisher span beyond window: the old 6m53s is refused", ConsumerPlan{Redelivery: sqsRedelivery, Window: sqsWindow, DedupTTL: 6*time.Minute + 53*time.Second, PublisherSpan: 8 * time.Minute}, true, "keep the publishers' retry span (PublisherSpan) within 4m0s"},
+		{"publisher span beyond window, ttl covers all of it", ConsumerPlan{Redelivery: sqsRedelivery, Window: sqsWindow, DedupTTL: 13*time.Minute + 8*time.Second, PublisherSpan: 8 * time.Minute}, false, ""},
 		// Issue 9, defect 1: mem window 5m, AckWait 30s × 3 deliveries,
 		// publishers 2 attempts 9m apart (span 10m), Guard TTL 8m12s. The
 		// old check asked 1m30s + (10m − 5m) = 6m30s ≤ 0.8 × 8m12s and
 		// accepted; the first copy's key expires at t0+8m12s, the retry at
 		// t0+9m is a new message and runs the effect again.
-		{"one delivery of one copy needs no TTL", ConsumerPlan{Redelivery: RedeliveryPolicy{MaxDeliveries: 1, AckWait: time.Minute}, Window: sqsWindow, DedupTTL: time.Second, ProducerSpan: time.Minute}, false, ""},
-		{"one delivery of each of two copies", ConsumerPlan{Redelivery: RedeliveryPolicy{MaxDeliveries: 1, AckWait: time.Minute}, Window: sqsWindow, DedupTTL: time.Second, ProducerSpan: 6 * time.Minute}, true, "raise the dedup store TTL to ≥ 8m45s"},
-		{"issue 9 defect 1", ConsumerPlan{Redelivery: RedeliveryPolicy{MaxDeliveries: 3, AckWait: 30 * time.Second}, Window: memWindow5m, DedupTTL: 8*time.Minute + 12*time.Second, ProducerSpan: 10 * time.Minute}, true, "raise the dedup store TTL to ≥ 14m23s"},
-		{"margin applies to the window too", ConsumerPlan{Redelivery: sqsRedelivery, Window: sqsWindow, DedupTTL: 4 * time.Minute, ProducerSpan: 4*time.Minute + time.Second}, true, "raise the dedup store TTL to ≥ 8m9s"},
-		{"no margin: span equal to the window fits", ConsumerPlan{Redelivery: sqsRedelivery, Window: sqsWindow, DedupTTL: 150 * time.Second, ProducerSpan: 5 * time.Minute, Margin: -1}, false, ""},
-		{"no margin: a span 1ns over the window counts in full", ConsumerPlan{Redelivery: sqsRedelivery, Window: sqsWindow, DedupTTL: 150*time.Second + 5*time.Minute, ProducerSpan: 5*time.Minute + 1, Margin: -1}, true, ""},
-		{"no window: whole producer span", ConsumerPlan{Redelivery: sqsRedelivery, Window: pubsubWindow, DedupTTL: 10 * time.Minute, ProducerSpan: 8 * time.Minute}, true, "raise the dedup store TTL to ≥ 13m8s"},
+		{"one delivery of one copy needs no TTL", ConsumerPlan{Redelivery: RedeliveryPolicy{MaxDeliveries: 1, AckWait: time.Minute}, Window: sqsWindow, DedupTTL: time.Second, PublisherSpan: time.Minute}, false, ""},
+		{"one delivery of each of two copies", ConsumerPlan{Redelivery: RedeliveryPolicy{MaxDeliveries: 1, AckWait: time.Minute}, Window: sqsWindow, DedupTTL: time.Second, PublisherSpan: 6 * time.Minute}, true, "raise the dedup store TTL to ≥ 8m45s"},
+		{"issue 9 defect 1", ConsumerPlan{Redelivery: RedeliveryPolicy{MaxDeliveries: 3, AckWait: 30 * time.Second}, Window: memWindow5m, DedupTTL: 8*time.Minute + 12*time.Second, PublisherSpan: 10 * time.Minute}, true, "raise the dedup store TTL to ≥ 14m23s"},
+		{"margin applies to the window too", ConsumerPlan{Redelivery: sqsRedelivery, Window: sqsWindow, DedupTTL: 4 * time.Minute, PublisherSpan: 4*time.Minute + time.Second}, true, "raise the dedup store TTL to ≥ 8m9s"},
+		{"no margin: span equal to the window fits", ConsumerPlan{Redelivery: sqsRedelivery, Window: sqsWindow, DedupTTL: 150 * time.Second, PublisherSpan: 5 * time.Minute, Margin: -1}, false, ""},
+		{"no margin: a span 1ns over the window counts in full", ConsumerPlan{Redelivery: sqsRedelivery, Window: sqsWindow, DedupTTL: 150*time.Second + 5*time.Minute, PublisherSpan: 5*time.Minute + 1, Margin: -1}, true, ""},
+		{"no window: whole publisher span", ConsumerPlan{Redelivery: sqsRedelivery, Window: pubsubWindow, DedupTTL: 10 * time.Minute, PublisherSpan: 8 * time.Minute}, true, "raise the dedup store TTL to ≥ 13m8s"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -237,7 +237,7 @@ func TestCheckConsumer(t *testing.T) {
 
 // TestChecksAgree walks a grid of plans that declare each other truthfully
 // (the publisher's ConsumerDedupTTL is the consumer's TTL, the consumer's
-// ProducerSpan the publisher's span) and checks that the two checks state
+// PublisherSpan the publisher's span) and checks that the two checks state
 // one model: whatever the consumer accepts, the publisher accepts; a
 // publisher that fits its window costs the consumer nothing beyond R; and a
 // publisher refused by both window and TTL is refused by the consumer too.
@@ -255,7 +255,7 @@ func TestChecksAgree(t *testing.T) {
 					for ttl := 10 * time.Second; ttl <= 30*time.Minute; ttl += 10 * time.Second {
 						checked++
 						pub := CheckPublisher(PublisherPlan{Retry: retry, Window: w, DedupTTL: ttl, Margin: margin})
-						con := CheckConsumer(ConsumerPlan{Redelivery: redelivery, Window: w, DedupTTL: ttl, ProducerSpan: span, Margin: margin})
+						con := CheckConsumer(ConsumerPlan{Redelivery: redelivery, Window: w, DedupTTL: ttl, PublisherSpan: span, Margin: margin})
 						bare := CheckPublisher(PublisherPlan{Retry: retry, Window: w, Margin: margin})
 						onlyR := CheckConsumer(ConsumerPlan{Redelivery: redelivery, Window: w, DedupTTL: ttl, Margin: margin})
 						switch {

@@ -683,7 +683,7 @@ func TestEndToEndEffectsOnce(t *testing.T) {
 			t.Fatal(err)
 		}
 		con, err := dedupq.OpenConsumer(ctx, raw, dedupq.ConsumerOptions{
-			Concurrency: 8, Dedup: guard, ProducerSpan: pub.RetryPolicy().Span(),
+			Concurrency: 8, Dedup: guard, PublisherSpan: pub.RetryPolicy().Span(),
 		})
 		if err != nil {
 			t.Fatalf("OpenConsumer(%s): %v", raw, err)
