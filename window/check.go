@@ -224,7 +224,7 @@ func publisherFixes(p PublisherPlan, budget time.Duration, m float64) []string {
 			if b, ok := largestFitting(r.MaxBackoff, r.Span(), func(b time.Duration) bool { q := r; q.MaxBackoff = max(b, 1); return fits(q) }); ok && b > 0 {
 				fixes = append(fixes, fmt.Sprintf("cap %s at %s", optMaxBackoff, FormatDuration(b)))
 			}
-			if t, ok := largestFitting(0, r.AttemptTimeout, func(t time.Duration) bool { q := r; q.AttemptTimeout = t; return fits(q) }); ok && t > 0 {
+			if t, ok := largestFitting(0, r.AttemptTimeout, func(t time.Duration) bool { q := r; q.AttemptTimeout = max(t, 1); return fits(q) }); ok && t > 0 {
 				fixes = append(fixes, fmt.Sprintf("lower %s from %s to %s", optAttemptTimeout, FormatDuration(r.AttemptTimeout), FormatDuration(t)))
 			}
 		}

@@ -62,6 +62,7 @@ func TestFixTexts(t *testing.T) {
 			want: []string{
 				"lower PublisherOptions.Retry.MaxAttempts from 8 to 7",
 				"cap PublisherOptions.Retry.MaxBackoff at 44s",
+				"lower PublisherOptions.Retry.AttemptTimeout from 10s to 4s",
 				"raise PublisherOptions.ConsumerDedupTTL from 6m to ≥ 6m59s, and ConsumerOptions.PublisherSpan to 5m35s on the consumers, whose TTL must also cover their redelivery span",
 			}},
 		{name: "publisher, no window and no way to get one: no retries last",
