@@ -178,7 +178,7 @@ func TestWindowDiscovered(t *testing.T) {
 		top := openTopic(t, nc, cfg)
 		sub := openSub(t, nc, cfg)
 		want := window.Window{Backend: "jetstream", Duration: cfg.Duplicates, Kind: window.KindConfigured,
-			Source: window.SourceDiscovered, Scope: "stream " + cfg.Stream}
+			Source: window.SourceDiscovered, Scope: "stream " + cfg.Stream, Settings: settings()}
 		for name, w := range map[string]func(context.Context) (window.Window, error){"topic": top.Window, "subscription": sub.Window} {
 			got, err := w(ctxT(t))
 			if err != nil || got != want {
@@ -752,7 +752,8 @@ func TestWindowOfMirror(t *testing.T) {
 		sub := openSub(t, nc, cfg)
 		w, err := sub.Window(ctxT(t))
 		want := window.Window{Backend: "jetstream", Duration: origin.Duplicates, Kind: window.KindConfigured,
-			Source: window.SourceDiscovered, Scope: "stream " + origin.Stream + " (mirrored by " + mirror + ")"}
+			Source: window.SourceDiscovered, Scope: "stream " + origin.Stream + " (mirrored by " + mirror + ")", Settings: settings()}
+		want.Settings.Window = "the Duplicates of stream " + origin.Stream + ", which " + mirror + " mirrors"
 		if err != nil || w != want {
 			t.Errorf("mirror Window = %+v, %v; want %+v", w, err, want)
 		}
