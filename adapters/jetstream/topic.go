@@ -365,7 +365,7 @@ func streamConfig(cfg *Config) jetstream.StreamConfig {
 // checkStream checks cfg.Duplicates against a stream.
 func checkStream(stream jetstream.Stream, cfg *Config) error {
 	if got := stream.CachedInfo().Config.Duplicates; cfg.Duplicates != 0 && got != cfg.Duplicates {
-		return fmt.Errorf("jetstream: stream %s has a dedup window (Duplicates) of %s, not the %s configured; change one of them", cfg.Stream, got, cfg.Duplicates)
+		return fmt.Errorf("jetstream: stream %s has a dedup window (Duplicates) of %s, not the %s configured; change one of them", cfg.Stream, window.FormatDuration(got), window.FormatDuration(cfg.Duplicates))
 	}
 	return nil
 }
