@@ -6,7 +6,9 @@
 // (publisher side) and a RedeliveryPolicy (consumer side) each have a
 // worst-case Span. CheckPublisher and CheckConsumer compare the two and
 // return an *UnsafeRetryError that names the numbers and a concrete fix when
-// a span does not fit.
+// a span does not fit. Each fix names the setting to change: the portable
+// options by their Go names, the broker's by the names its driver gives
+// in Window.Settings.
 //
 // # The model both checks state
 //
