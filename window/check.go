@@ -241,7 +241,8 @@ func publisherFixes(p PublisherPlan, budget time.Duration, m float64) []string {
 			fixes = append(fixes, fmt.Sprintf("declare consumer-side dedup: set %s to ≥ %s, %s", optConsumerDedupTTL, FormatDuration(need), consumers))
 		}
 	}
-	if one := r; n < 2 {
+	if n < 2 { // no smaller number of attempts fits: none at all, last
+		one := r
 		one.MaxAttempts = 1
 		if hidden == 0 || fits(one) {
 			fixes = append(fixes, fmt.Sprintf("set %s to 1 (no retries)", optMaxAttempts))
