@@ -539,7 +539,7 @@ func TestOpenChecks(t *testing.T) {
 			want string
 		}{
 			{"missing stream", topicOpener(nc), func(c *Config) { c.Stream, c.CreateStream = uniqueName("MISSING"), false }, "does not exist"},
-			{"window differs", topicOpener(nc), func(c *Config) { c.Duplicates = time.Minute }, "not the 1m0s configured"},
+			{"window differs", topicOpener(nc), func(c *Config) { c.Duplicates = time.Minute }, "not the 1m configured"},
 			{"subject not covered", topicOpener(nc), func(c *Config) { c.Stream, c.Subject, c.Duplicates = other, "dedupq.narrow."+other, 0 }, "does not take"},
 			{"ack wait differs", subOpener(nc), func(c *Config) { c.AckWait = 3 * time.Second }, "AckWait is 1s, not 3s"},
 			{"max deliver differs", subOpener(nc), func(c *Config) { c.MaxDeliver = 9 }, "MaxDeliver is 5, not 9"},
