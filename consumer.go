@@ -25,17 +25,17 @@ type ConsumerOptions struct {
 	Concurrency int
 	// Dedup, when set, wraps the handler in consumer-side deduplication.
 	// NewConsumer checks that its TTL covers the broker's redelivery span,
-	// plus all of ProducerSpan when that does not fit the broker window.
+	// plus all of PublisherSpan when that does not fit the broker window.
 	Dedup Deduplicator
-	// ProducerSpan declares the publishers' worst-case retry span
+	// PublisherSpan declares the publishers' worst-case retry span
 	// (Publisher.RetryPolicy().Span(); zero for publishers that never
 	// resend). When it does not fit the broker window less the margin, a
-	// resend may be stored as a new message up to ProducerSpan after the
+	// resend may be stored as a new message up to PublisherSpan after the
 	// first send, whose key may have been completed right after that send,
 	// so the dedup TTL must cover the whole span on top of the redelivery
 	// span, not only its part beyond the window (package window's doc has
 	// the timeline).
-	ProducerSpan time.Duration
+	PublisherSpan time.Duration
 	// Margin is the share of the TTL kept free by the startup check: 0
 	// means window.DefaultMargin, negative means none.
 	Margin float64
@@ -95,7 +95,7 @@ func NewConsumer(ctx context.Context, sub driver.Subscription, opts ConsumerOpti
 		}
 		err := window.CheckConsumer(window.ConsumerPlan{
 			Redelivery: r, Window: w, DedupTTL: opts.Dedup.TTL(),
-			ProducerSpan: opts.ProducerSpan, Margin: opts.Margin,
+			PublisherSpan: opts.PublisherSpan, Margin: opts.Margin,
 		})
 		if err != nil {
 			return err

@@ -253,18 +253,18 @@ func (d ttlOnly) TTL() time.Duration     { return time.Duration(d) }
 
 func TestNewConsumerChecksDedupTTL(t *testing.T) {
 	tests := []struct {
-		name         string
-		ttl          time.Duration
-		producerSpan time.Duration
-		ok           bool
+		name          string
+		ttl           time.Duration
+		publisherSpan time.Duration
+		ok            bool
 	}{
 		{"ttl covers 5×(30s)+4×7s", 4 * time.Minute, 0, true},
 		{"ttl too short", time.Minute, 0, false},
-		{"producer span beyond the 1m window", 4 * time.Minute, 3 * time.Minute, false},
+		{"publisher span beyond the 1m window", 4 * time.Minute, 3 * time.Minute, false},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			_, err := NewConsumer(context.Background(), newChanSub(), ConsumerOptions{Dedup: ttlOnly(tt.ttl), ProducerSpan: tt.producerSpan})
+			_, err := NewConsumer(context.Background(), newChanSub(), ConsumerOptions{Dedup: ttlOnly(tt.ttl), PublisherSpan: tt.publisherSpan})
 			if tt.ok != (err == nil) || (err != nil && !errors.Is(err, window.ErrUnsafeRetry)) {
 				t.Fatalf("NewConsumer = %v, want ok=%v", err, tt.ok)
 			}

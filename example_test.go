@@ -41,12 +41,17 @@ func ExampleNewPublisher_unsafeRetryPolicy() {
 	_, err := dedupq.NewPublisher(ctx, broker.Topic("orders"), dedupq.PublisherOptions{Retry: &retry})
 	var unsafe *window.UnsafeRetryError
 	if errors.As(err, &unsafe) {
-		fmt.Println("span:", unsafe.Span)
-		fmt.Println("fixes:", unsafe.Fixes)
+		fmt.Println("span:", window.FormatDuration(unsafe.Span))
+		for _, fix := range unsafe.Fixes {
+			fmt.Println("fix:", fix)
+		}
 	}
 	// Output:
 	// span: 5m35s
-	// fixes: [lower MaxAttempts to 6 MaxBackoff to 31s declare consumer-side dedup with TTL ≥ 6m59s + the consumers' redelivery span]
+	// fix: lower PublisherOptions.Retry.MaxAttempts from 8 to 6
+	// fix: cap PublisherOptions.Retry.MaxBackoff at 31s
+	// fix: raise Options.DedupWindow (URL parameter window) from 5m to ≥ 6m59s
+	// fix: declare consumer-side dedup: set PublisherOptions.ConsumerDedupTTL to ≥ 6m59s, and ConsumerOptions.PublisherSpan to 5m35s on the consumers, whose TTL must also cover their redelivery span
 }
 
 // A consumer with a dedup guard runs the handler once per dedup ID, however

@@ -29,7 +29,7 @@ type PublisherOptions struct {
 	// short window, or none, retry for longer; a span that fits the window
 	// is accepted whatever the TTL. The consumers' TTL must in fact cover
 	// this span plus their redelivery span, which the publisher cannot see:
-	// give them the span as ConsumerOptions.ProducerSpan and NewConsumer
+	// give them the span as ConsumerOptions.PublisherSpan and NewConsumer
 	// checks it.
 	ConsumerDedupTTL time.Duration
 	// Margin is the share of the window kept free by the startup check: 0

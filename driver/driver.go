@@ -104,6 +104,8 @@ type Topic interface {
 	Limits() Limits
 	// Window reports the window that deduplicates sends, read from the
 	// live broker where it exposes one. Called at startup and on demand.
+	// Its Settings name where the backend's user changes the window, so
+	// that the startup check's fixes do.
 	Window(ctx context.Context) (window.Window, error)
 	// HiddenRetrySpan is worst-case extra time the SDK's own retries can
 	// add inside one SendBatch call beyond the attempt's context deadline.
@@ -149,7 +151,8 @@ type Subscription interface {
 	// Extend renews d's lease by at least by. Drivers that cannot return
 	// an error matching errors.ErrUnsupported.
 	Extend(ctx context.Context, d *Delivery, by time.Duration) error
-	// Window reports the publish-side window for the entity consumed.
+	// Window reports the publish-side window for the entity consumed. Its
+	// Settings name where the window and the redelivery policy are set.
 	Window(ctx context.Context) (window.Window, error)
 	// Redelivery reports the broker's real redelivery settings for this
 	// subscription.

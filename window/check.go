@@ -3,6 +3,7 @@ package window
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 )
@@ -44,12 +45,12 @@ type ConsumerPlan struct {
 	// DedupTTL is how long the consumer's dedup store remembers a
 	// completed key. Zero means no dedup store: nothing to check.
 	DedupTTL time.Duration
-	// ProducerSpan is the publishers' declared worst-case retry span. When
+	// PublisherSpan is the publishers' declared worst-case retry span. When
 	// it does not fit the broker window less the margin, the store must
 	// cover all of it on top of the redelivery span, not only the part
 	// beyond the window: the first copy's key may be recorded right after
 	// the first send, and the last resend may arrive a whole span later.
-	ProducerSpan time.Duration
+	PublisherSpan time.Duration
 	// Margin is as in PublisherPlan.
 	Margin float64
 }
@@ -84,6 +85,25 @@ func needed(span time.Duration, m float64) time.Duration {
 	return d
 }
 
+// The names of the portable layer's settings (package dedupq and the
+// dedup stores), for the fixes: they are the same on every backend.
+const (
+	optMaxAttempts      = "PublisherOptions.Retry.MaxAttempts"
+	optMaxBackoff       = "PublisherOptions.Retry.MaxBackoff"
+	optAttemptTimeout   = "PublisherOptions.Retry.AttemptTimeout"
+	optConsumerDedupTTL = "PublisherOptions.ConsumerDedupTTL"
+	optPublisherSpan    = "ConsumerOptions.PublisherSpan"
+	optDedupTTL         = "the TTL of ConsumerOptions.Dedup"
+	optDedupTTLFields   = optDedupTTL + " (dedup.GuardOptions.TTL, pgstore.TxGuardOptions.TTL)"
+)
+
+// What an UnsafeRetryError's span was compared with (ProtectedBy).
+const (
+	byWindow      = "the broker window"
+	byDeclaredTTL = "the declared consumer dedup TTL"
+	byStoreTTL    = "the dedup store TTL"
+)
+
 // UnsafeRetryError says a retry or redelivery span does not fit the window
 // or TTL that protects it, and how to fix that.
 type UnsafeRetryError struct {
@@ -94,25 +114,36 @@ type UnsafeRetryError struct {
 	// Window is the broker window.
 	Window Window
 	// ProtectedBy names what the span was compared with: "the broker
-	// window" or "the dedup store TTL".
+	// window", "the declared consumer dedup TTL" (a publisher's
+	// ConsumerDedupTTL) or "the dedup store TTL" (a consumer's).
 	ProtectedBy string
 	// Limit is the duration compared with, before the margin.
 	Limit time.Duration
 	// Margin is the share of Limit kept free.
 	Margin float64
-	// Fixes lists concrete changes, any one of which makes the check pass.
+	// Fixes lists concrete changes, any one of which makes the check
+	// pass, each naming the setting to change on this backend (see
+	// Settings); the ones that give up the most come last.
 	Fixes []string
+
+	// note says what Limit is and what makes up Span, for Error; empty
+	// means the window.
+	note string
 }
 
 // Error implements the error interface.
 func (e *UnsafeRetryError) Error() string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "dedupq: unsafe %s retry policy: worst-case span %s", e.Side, fmtDur(e.Span))
+	fmt.Fprintf(&b, "dedupq: unsafe %s retry policy: worst-case span %s", e.Side, FormatDuration(e.Span))
+	note := e.note
+	if note == "" {
+		note = e.Window.String()
+	}
 	if e.Limit <= 0 {
-		fmt.Fprintf(&b, " has nothing to protect it: %s and no consumer-side dedup was declared", e.Window)
+		fmt.Fprintf(&b, " has nothing to protect it: %s and no consumer-side dedup was declared (%s)", e.Window, optConsumerDedupTTL)
 	} else {
 		fmt.Fprintf(&b, " exceeds %s %s less a %.0f%% safety margin = %s (%s)",
-			e.ProtectedBy, fmtDur(e.Limit), e.Margin*100, fmtDur(usable(e.Limit, e.Margin)), e.Window)
+			e.ProtectedBy, FormatDuration(e.Limit), e.Margin*100, FormatDuration(usable(e.Limit, e.Margin)), note)
 	}
 	if len(e.Fixes) > 0 {
 		b.WriteString("; fix: ")
@@ -123,13 +154,6 @@ func (e *UnsafeRetryError) Error() string {
 
 // Is makes errors.Is(err, ErrUnsafeRetry) true.
 func (e *UnsafeRetryError) Is(target error) bool { return target == ErrUnsafeRetry }
-
-func fmtDur(d time.Duration) string {
-	if d >= Forever {
-		return "unbounded"
-	}
-	return d.String()
-}
 
 // CheckPublisher returns nil when no resend the plan allows can be stored as
 // a second copy (the span fits the broker window), or, with consumer-side
@@ -150,7 +174,7 @@ func CheckPublisher(p PublisherPlan) error {
 	if fitsWindow(span, p.Window, m) {
 		return nil
 	}
-	limit, by := p.Window.Duration, "the broker window"
+	limit, by, note := p.Window.Duration, byWindow, ""
 	if !p.Window.Protects() {
 		limit = 0
 	}
@@ -159,12 +183,17 @@ func CheckPublisher(p PublisherPlan) error {
 		if span <= usable(p.DedupTTL, m) {
 			return nil
 		}
-		limit, by = p.DedupTTL, "the dedup store TTL"
+		limit, by = p.DedupTTL, byDeclaredTTL
 		budget = max(budget, usable(p.DedupTTL, m))
+		if p.Window.Protects() {
+			note = fmt.Sprintf("%s; the span does not fit the %s either", optConsumerDedupTTL, p.Window)
+		} else {
+			note = fmt.Sprintf("%s; %s", optConsumerDedupTTL, p.Window)
+		}
 	}
 	return &UnsafeRetryError{
 		Side: "publisher", Span: span, Window: p.Window, ProtectedBy: by,
-		Limit: limit, Margin: m, Fixes: publisherFixes(p, budget, m),
+		Limit: limit, Margin: m, Fixes: publisherFixes(p, budget, m), note: note,
 	}
 }
 
@@ -175,32 +204,64 @@ func fitsWindow(span time.Duration, w Window, m float64) bool {
 	return span <= 0 || (w.Protects() && span <= usable(w.Duration, m))
 }
 
+// publisherFixes lists changes any one of which makes p pass: the retry
+// policy fitted to budget (the usable part of the window or of the
+// declared TTL, whichever is longer), a longer window where the backend
+// lets one be set, a consumer dedup TTL that covers the span, and last no
+// retries at all.
 func publisherFixes(p PublisherPlan, budget time.Duration, m float64) []string {
+	r, hidden := p.Retry, max(p.HiddenSpan, 0)
+	fits := func(q RetryPolicy) bool { return addSat(q.Span(), hidden) <= budget }
 	var fixes []string
-	r := p.Retry
-	fits := func(q RetryPolicy) bool { return addSat(q.Span(), max(p.HiddenSpan, 0)) <= budget }
+	n := 1
 	if budget > 0 {
-		if n := maxAttemptsFitting(r, fits); n >= 2 {
-			fixes = append(fixes, fmt.Sprintf("lower MaxAttempts to %d", n))
+		if n = maxAttemptsFitting(r, fits); n >= 2 {
+			fixes = append(fixes, fmt.Sprintf("lower %s from %d to %d", optMaxAttempts, r.MaxAttempts, n))
 		}
 		if r.AttemptTimeout <= 0 {
-			fixes = append(fixes, "set AttemptTimeout (without it an attempt, and so the span, is unbounded)")
+			fixes = append(fixes, fmt.Sprintf("set %s (without it an attempt, and so the span, is unbounded)", optAttemptTimeout))
 		} else {
 			if b, ok := largestFitting(r.MaxBackoff, r.Span(), func(b time.Duration) bool { q := r; q.MaxBackoff = max(b, 1); return fits(q) }); ok && b > 0 {
-				fixes = append(fixes, fmt.Sprintf("MaxBackoff to %s", b))
+				fixes = append(fixes, fmt.Sprintf("cap %s at %s", optMaxBackoff, FormatDuration(b)))
 			}
-			if t, ok := largestFitting(0, r.AttemptTimeout, func(t time.Duration) bool { q := r; q.AttemptTimeout = t; return fits(q) }); ok && t > 0 {
-				fixes = append(fixes, fmt.Sprintf("AttemptTimeout to %s", t))
+			if t, ok := largestFitting(0, r.AttemptTimeout, func(t time.Duration) bool { q := r; q.AttemptTimeout = max(t, 1); return fits(q) }); ok && t > 0 {
+				fixes = append(fixes, fmt.Sprintf("lower %s from %s to %s", optAttemptTimeout, FormatDuration(r.AttemptTimeout), FormatDuration(t)))
 			}
 		}
-	} else {
-		fixes = append(fixes, "set MaxAttempts to 1 (no retries)")
 	}
-	span := addSat(r.Span(), max(p.HiddenSpan, 0))
-	if span < Forever {
-		fixes = append(fixes, fmt.Sprintf("declare consumer-side dedup with TTL ≥ %s + the consumers' redelivery span", needed(span, m)))
+	if span := addSat(r.Span(), hidden); span < Forever {
+		need := needed(span, m)
+		if f := windowFix(p.Window, need); f != "" {
+			fixes = append(fixes, f)
+		}
+		consumers := fmt.Sprintf("and %s to %s on the consumers, whose TTL must also cover their redelivery span", optPublisherSpan, FormatDuration(span))
+		if p.DedupTTL > 0 {
+			fixes = append(fixes, fmt.Sprintf("raise %s from %s to ≥ %s, %s", optConsumerDedupTTL, FormatDuration(p.DedupTTL), FormatDuration(need), consumers))
+		} else {
+			fixes = append(fixes, fmt.Sprintf("declare consumer-side dedup: set %s to ≥ %s, %s", optConsumerDedupTTL, FormatDuration(need), consumers))
+		}
+	}
+	if n < 2 { // no smaller number of attempts fits: none at all, last
+		one := r
+		one.MaxAttempts = 1
+		if hidden == 0 || fits(one) {
+			fixes = append(fixes, fmt.Sprintf("set %s to 1 (no retries)", optMaxAttempts))
+		}
 	}
 	return fixes
+}
+
+// windowFix is the fix that makes w at least need long, or "" when no
+// setting can (see windowSetting).
+func windowFix(w Window, need time.Duration) string {
+	name := windowSetting(w)
+	switch {
+	case name == "" || need >= Forever:
+		return ""
+	case w.Protects():
+		return fmt.Sprintf("raise %s from %s to ≥ %s", name, FormatDuration(w.Duration), FormatDuration(need))
+	}
+	return fmt.Sprintf("set %s to ≥ %s", name, FormatDuration(need))
 }
 
 // maxAttemptsFitting is the largest MaxAttempts whose policy fits, or 1.
@@ -236,65 +297,150 @@ func largestFitting(hi, ceiling time.Duration, fits func(time.Duration) bool) (t
 			hi = mid
 		}
 	}
+	unit := time.Millisecond
 	if lo >= time.Second {
-		lo = lo.Truncate(time.Second)
-	} else {
-		lo = lo.Truncate(time.Millisecond)
+		unit = time.Second
 	}
-	return lo, true
+	// The search stops within a millisecond below the bound: a bound of
+	// whole units (16s) must not read as the unit below it (15s).
+	if up := lo.Truncate(unit) + unit; fits(up) {
+		return up, true
+	}
+	return lo.Truncate(unit), true
 }
 
 // CheckConsumer returns nil when the consumer's dedup store remembers a
 // completed key until the last delivery that may claim it: the broker's
-// redelivery span R, plus the whole ProducerSpan P when P does not fit the
+// redelivery span R, plus the whole PublisherSpan P when P does not fit the
 // broker window (a second copy may then be stored as late as P after the
 // first send, whose completion may be recorded right after that send). See
 // the package doc for the model. Without a store (DedupTTL zero) there is
 // nothing to check.
 func CheckConsumer(p ConsumerPlan) error {
-	if p.DedupTTL <= 0 {
+	m := margin(p.Margin)
+	ok, span, beyond := consumerFits(p, m)
+	if ok {
 		return nil
 	}
-	m := margin(p.Margin)
-	beyond := time.Duration(0)
-	if !fitsWindow(p.ProducerSpan, p.Window, m) {
-		beyond = p.ProducerSpan
+	note := optDedupTTL + "; redelivery: " + p.Redelivery.String()
+	switch {
+	case beyond > 0 && p.Window.Protects():
+		note += fmt.Sprintf(", plus the publishers' whole retry span %s (%s), which does not fit the %s less the margin",
+			FormatDuration(beyond), optPublisherSpan, p.Window)
+	case beyond > 0:
+		note += fmt.Sprintf(", plus the publishers' whole retry span %s (%s): %s", FormatDuration(beyond), optPublisherSpan, p.Window)
+	}
+	return &UnsafeRetryError{
+		Side: "consumer", Span: span, Window: p.Window, ProtectedBy: byStoreTTL,
+		Limit: p.DedupTTL, Margin: m, Fixes: consumerFixes(p, span, beyond, m), note: note,
+	}
+}
+
+// consumerFits is CheckConsumer's rule: whether p passes, and the span its
+// TTL must cover with the publishers' part of it.
+func consumerFits(p ConsumerPlan, m float64) (ok bool, span, beyond time.Duration) {
+	if p.DedupTTL <= 0 {
+		return true, 0, 0
+	}
+	if !fitsWindow(p.PublisherSpan, p.Window, m) {
+		beyond = p.PublisherSpan
 	}
 	if beyond == 0 && p.Redelivery.MaxDeliveries == 1 {
 		// One copy, delivered once: its only claim comes before anything
 		// completes, so no TTL is too short.
-		return nil
+		return true, 0, 0
 	}
-	span := addSat(p.Redelivery.Span(), beyond)
-	if span <= usable(p.DedupTTL, m) {
-		return nil
+	span = addSat(p.Redelivery.Span(), beyond)
+	return span <= usable(p.DedupTTL, m), span, beyond
+}
+
+// maxSuggestedDeliveries bounds the deliveries a fix suggests for a
+// broker that redelivers without limit.
+const maxSuggestedDeliveries = 1000
+
+// consumerFixes lists changes any one of which makes p pass, each
+// computed by consumerFits: a longer TTL, fewer deliveries, a shorter ack
+// wait or backoff, a publisher span that fits the window or a window that
+// fits it, and last a single delivery.
+func consumerFixes(p ConsumerPlan, span, beyond time.Duration, m float64) []string {
+	s, r := p.Window.Settings, p.Redelivery
+	passes := func(change func(*ConsumerPlan)) bool {
+		q := p
+		q.Redelivery.Backoff = slices.Clone(r.Backoff)
+		change(&q)
+		ok, _, _ := consumerFits(q, m)
+		return ok
 	}
 	var fixes []string
-	if p.Redelivery.Unlimited() {
-		fixes = append(fixes, "bound redeliveries (MaxDeliveries / MaxDeliver / maxReceiveCount / MaxDeliveryCount)")
-	} else {
-		budget := usable(p.DedupTTL, m) - beyond
-		if budget > 0 {
-			n := 0
-			for k := 1; k < p.Redelivery.MaxDeliveries; k++ {
-				q := p.Redelivery
-				q.MaxDeliveries = k
-				if q.Span() > budget {
-					break
-				}
-				n = k
-			}
-			if n >= 1 {
-				fixes = append(fixes, fmt.Sprintf("lower MaxDeliveries to %d", n))
-			}
+	if span < Forever {
+		fixes = append(fixes, fmt.Sprintf("raise %s from %s to ≥ %s", optDedupTTLFields, FormatDuration(p.DedupTTL), FormatDuration(needed(span, m))))
+	}
+	hi := r.MaxDeliveries - 1
+	if r.Unlimited() {
+		hi = maxSuggestedDeliveries
+	}
+	n := largestCount(hi, func(k int) bool { return passes(func(q *ConsumerPlan) { q.Redelivery.MaxDeliveries = k }) })
+	single := ""
+	switch {
+	case n == 1:
+		single = fmt.Sprintf("set %s to 1, which means no redelivery at all: a message whose first delivery fails is not retried", s.maxDeliveries())
+	case n >= 2 && r.Unlimited():
+		fixes = append(fixes, fmt.Sprintf("set %s to at most %d (deliveries are unlimited now)", s.maxDeliveries(), n))
+	case n >= 2:
+		fixes = append(fixes, fmt.Sprintf("lower %s from %d to %d", s.maxDeliveries(), r.MaxDeliveries, n))
+	case r.Unlimited():
+		fixes = append(fixes, fmt.Sprintf("bound %s (deliveries are unlimited now), and raise %s to cover them", s.maxDeliveries(), optDedupTTLFields))
+	}
+	if !r.Unlimited() {
+		if a, ok := largestFitting(r.AckWait, 0, func(a time.Duration) bool {
+			return passes(func(q *ConsumerPlan) { q.Redelivery.AckWait = a })
+		}); ok && a > 0 {
+			fixes = append(fixes, fmt.Sprintf("lower %s from %s to %s", s.ackWait(), FormatDuration(r.AckWait), FormatDuration(a)))
 		}
-		fixes = append(fixes, fmt.Sprintf("raise the dedup store TTL to ≥ %s", needed(span, m)))
-		if beyond > 0 && p.Window.Protects() && p.Redelivery.Span() <= usable(p.DedupTTL, m) {
-			fixes = append(fixes, fmt.Sprintf("keep the publishers' retry span (ProducerSpan) within %s, the broker window less the margin", usable(p.Window.Duration, m)))
+		if s.Backoff != "" && len(r.Backoff) > 0 {
+			if c, ok := largestFitting(slices.Max(r.Backoff), 0, func(c time.Duration) bool {
+				return passes(func(q *ConsumerPlan) { capBackoff(q.Redelivery.Backoff, c) })
+			}); ok && c > 0 {
+				fixes = append(fixes, fmt.Sprintf("cap %s at %s", s.Backoff, FormatDuration(c)))
+			}
 		}
 	}
-	return &UnsafeRetryError{
-		Side: "consumer", Span: span, Window: p.Window, ProtectedBy: "the dedup store TTL",
-		Limit: p.DedupTTL, Margin: m, Fixes: fixes,
+	if beyond > 0 {
+		if w := p.Window; w.Protects() && passes(func(q *ConsumerPlan) { q.PublisherSpan = usable(w.Duration, m) }) {
+			fixes = append(fixes, fmt.Sprintf("keep the publishers' retry span within %s, the broker window less the margin (%s is %s now)",
+				FormatDuration(usable(w.Duration, m)), optPublisherSpan, FormatDuration(beyond)))
+		}
+		need := needed(beyond, m)
+		if passes(func(q *ConsumerPlan) { q.Window.Duration, q.Window.Kind = need, KindConfigured }) {
+			if f := windowFix(p.Window, need); f != "" {
+				fixes = append(fixes, f)
+			}
+		}
+	}
+	if single != "" {
+		fixes = append(fixes, single)
+	}
+	return fixes
+}
+
+// largestCount is the largest k in [1, hi] with fits(k), where fits is
+// true and then false as k grows, or 0 when there is none.
+func largestCount(hi int, fits func(int) bool) int {
+	lo := 0 // fits(lo) holds, or lo is 0
+	for lo < hi {
+		mid := lo + (hi-lo+1)/2
+		if fits(mid) {
+			lo = mid
+		} else {
+			hi = mid - 1
+		}
+	}
+	return lo
+}
+
+// capBackoff shortens every wait in b to at most c.
+func capBackoff(b []time.Duration, c time.Duration) {
+	for i := range b {
+		b[i] = min(b[i], c)
 	}
 }

@@ -23,20 +23,30 @@ func ExampleCheckPublisher() {
 	// Output:
 	// span: 5m35s
 	// service bus: <nil>
-	// sqs: dedupq: unsafe publisher retry policy: worst-case span 5m35s exceeds the broker window 5m0s less a 20% safety margin = 4m0s (sqs dedup window 5m0s (fixed by the broker, documented)); fix: lower MaxAttempts to 6, or MaxBackoff to 31s, or declare consumer-side dedup with TTL ≥ 6m59s + the consumers' redelivery span
+	// sqs: dedupq: unsafe publisher retry policy: worst-case span 5m35s exceeds the broker window 5m less a 20% safety margin = 4m (sqs dedup window 5m (fixed by the broker, documented)); fix: lower PublisherOptions.Retry.MaxAttempts from 8 to 6, or cap PublisherOptions.Retry.MaxBackoff at 31s, or declare consumer-side dedup: set PublisherOptions.ConsumerDedupTTL to ≥ 6m59s, and ConsumerOptions.PublisherSpan to 5m35s on the consumers, whose TTL must also cover their redelivery span
 	// sqs + dedup TTL 10m: <nil>
 }
 
 // A consumer's dedup store must remember completed keys for as long as the
-// broker may redeliver: unlimited redelivery never fits.
+// broker may redeliver: unlimited redelivery never fits. The fixes name the
+// settings the driver says its window and redelivery come from (here as
+// the jetstream adapter names them), or generic ones when it names none.
 func ExampleCheckConsumer() {
-	jetstream := window.Window{Backend: "jetstream", Duration: 2 * time.Minute, Kind: window.KindConfigured, Source: window.SourceDiscovered}
+	jetstream := window.Window{
+		Backend: "jetstream", Duration: 2 * time.Minute, Kind: window.KindConfigured, Source: window.SourceDiscovered,
+		Settings: window.Settings{
+			AckWait:       "the durable's AckWait (Config.AckWait, URL parameter ack_wait)",
+			MaxDeliveries: "the durable's MaxDeliver (Config.MaxDeliver, URL parameter max_deliveries)",
+		},
+	}
 	bounded := window.RedeliveryPolicy{MaxDeliveries: 5, AckWait: 30 * time.Second}
 	fmt.Println(window.CheckConsumer(window.ConsumerPlan{Redelivery: bounded, Window: jetstream, DedupTTL: time.Hour}))
 	fmt.Println(window.CheckConsumer(window.ConsumerPlan{Redelivery: window.RedeliveryPolicy{AckWait: 30 * time.Second}, Window: jetstream, DedupTTL: time.Hour}))
+	fmt.Println(window.CheckConsumer(window.ConsumerPlan{Redelivery: bounded, Window: jetstream, DedupTTL: 2 * time.Minute}))
 	// Output:
 	// <nil>
-	// dedupq: unsafe consumer retry policy: worst-case span unbounded exceeds the dedup store TTL 1h0m0s less a 20% safety margin = 48m0s (jetstream dedup window 2m0s (configured on the entity, discovered from the broker)); fix: bound redeliveries (MaxDeliveries / MaxDeliver / maxReceiveCount / MaxDeliveryCount)
+	// dedupq: unsafe consumer retry policy: worst-case span forever exceeds the dedup store TTL 1h less a 20% safety margin = 48m (the TTL of ConsumerOptions.Dedup; redelivery: unlimited deliveries, no backoff, ack wait 30s per delivery (worst-case span forever)); fix: set the durable's MaxDeliver (Config.MaxDeliver, URL parameter max_deliveries) to at most 96 (deliveries are unlimited now)
+	// dedupq: unsafe consumer retry policy: worst-case span 2m30s exceeds the dedup store TTL 2m less a 20% safety margin = 1m36s (the TTL of ConsumerOptions.Dedup; redelivery: 5 deliveries, no backoff, ack wait 30s per delivery (worst-case span 2m30s)); fix: raise the TTL of ConsumerOptions.Dedup (dedup.GuardOptions.TTL, pgstore.TxGuardOptions.TTL) from 2m to ≥ 3m8s, or lower the durable's MaxDeliver (Config.MaxDeliver, URL parameter max_deliveries) from 5 to 3, or lower the durable's AckWait (Config.AckWait, URL parameter ack_wait) from 30s to 19s
 }
 
 // A policy names only what it changes: WithDefaults fills the rest from
@@ -50,7 +60,7 @@ func ExampleRetryPolicy_WithDefaults() {
 	fmt.Println("no retries:", window.RetryPolicy{MaxAttempts: 1}.WithDefaults())
 	fmt.Println("broker:    ", window.RedeliveryPolicy{MaxDeliveries: 3, AckWait: 30 * time.Second, Backoff: []time.Duration{time.Second, 5 * time.Second}})
 	// Output:
-	// as written: 3 attempts, no backoff, no attempt timeout (worst-case span unbounded)
+	// as written: 3 attempts, no backoff, no attempt timeout (worst-case span forever)
 	// filled:     3 attempts, backoff 100ms×2 up to 5s, jitter 20%, 10s per attempt (worst-case span 30.3s)
 	// no waits:   3 attempts, no backoff, 10s per attempt (worst-case span 30s)
 	// no retries: 1 attempt (no retries)

@@ -275,11 +275,11 @@ func (r RedeliveryPolicy) String() string {
 				if i > 0 {
 					b.WriteString(" then ")
 				}
-				b.WriteString(max(w, 0).String())
+				b.WriteString(FormatDuration(max(w, 0)))
 			}
 		}
 	}
-	fmt.Fprintf(&b, ", ack wait %s per delivery (worst-case span %s)", r.AckWait, fmtDur(r.Span()))
+	fmt.Fprintf(&b, ", ack wait %s per delivery (worst-case span %s)", FormatDuration(r.AckWait), FormatDuration(r.Span()))
 	return b.String()
 }
 
@@ -298,7 +298,7 @@ func (p RetryPolicy) String() string {
 	if p.Retries() == 0 {
 		b.WriteString("1 attempt (no retries)")
 		if p.AttemptTimeout > 0 {
-			fmt.Fprintf(&b, ", %s per attempt", p.AttemptTimeout)
+			fmt.Fprintf(&b, ", %s per attempt", FormatDuration(p.AttemptTimeout))
 		}
 		return b.String()
 	}
@@ -312,21 +312,21 @@ func (p RetryPolicy) String() string {
 		}
 		switch {
 		case m == 1 || p.MaxBackoff > 0 && p.MaxBackoff <= p.InitialBackoff:
-			fmt.Fprintf(&b, "backoff %s", p.Backoff(1)) // every wait the same
+			fmt.Fprintf(&b, "backoff %s", FormatDuration(p.Backoff(1))) // every wait the same
 		case p.MaxBackoff > 0:
-			fmt.Fprintf(&b, "backoff %s×%s up to %s", p.InitialBackoff, strconv.FormatFloat(m, 'g', -1, 64), p.MaxBackoff)
+			fmt.Fprintf(&b, "backoff %s×%s up to %s", FormatDuration(p.InitialBackoff), strconv.FormatFloat(m, 'g', -1, 64), FormatDuration(p.MaxBackoff))
 		default:
-			fmt.Fprintf(&b, "backoff %s×%s uncapped", p.InitialBackoff, strconv.FormatFloat(m, 'g', -1, 64))
+			fmt.Fprintf(&b, "backoff %s×%s uncapped", FormatDuration(p.InitialBackoff), strconv.FormatFloat(m, 'g', -1, 64))
 		}
 		if p.Jitter > 0 {
 			fmt.Fprintf(&b, ", jitter %s%%", strconv.FormatFloat(math.Round(p.Jitter*1e4)/1e2, 'f', -1, 64))
 		}
 	}
 	if p.AttemptTimeout > 0 {
-		fmt.Fprintf(&b, ", %s per attempt", p.AttemptTimeout)
+		fmt.Fprintf(&b, ", %s per attempt", FormatDuration(p.AttemptTimeout))
 	} else {
 		b.WriteString(", no attempt timeout")
 	}
-	fmt.Fprintf(&b, " (worst-case span %s)", fmtDur(p.Span()))
+	fmt.Fprintf(&b, " (worst-case span %s)", FormatDuration(p.Span()))
 	return b.String()
 }

@@ -98,7 +98,7 @@ func TestRetryPolicyString(t *testing.T) {
 		{RetryPolicy{MaxAttempts: 3, InitialBackoff: time.Second, Multiplier: 0.5, MaxBackoff: time.Hour, AttemptTimeout: time.Second}, "3 attempts, backoff 1s, 1s per attempt (worst-case span 5s)"},
 		{RetryPolicy{MaxAttempts: 3, InitialBackoff: 10 * time.Second, Multiplier: 2, MaxBackoff: 5 * time.Second, AttemptTimeout: time.Second}, "3 attempts, backoff 5s, 1s per attempt (worst-case span 13s)"},
 		{RetryPolicy{MaxAttempts: 4, InitialBackoff: time.Second, Multiplier: 1.5, Jitter: 0.125, AttemptTimeout: time.Second}, "4 attempts, backoff 1s×1.5 uncapped, jitter 12.5%, 1s per attempt (worst-case span 8.75s)"},
-		{RetryPolicy{MaxAttempts: 3, InitialBackoff: time.Second}, "3 attempts, backoff 1s, no attempt timeout (worst-case span unbounded)"},
+		{RetryPolicy{MaxAttempts: 3, InitialBackoff: time.Second}, "3 attempts, backoff 1s, no attempt timeout (worst-case span forever)"},
 		{RetryPolicy{MaxAttempts: -1}, "invalid retry policy {MaxAttempts:-1 InitialBackoff:0s MaxBackoff:0s Multiplier:0 Jitter:0 AttemptTimeout:0s}"},
 		{RetryPolicy{MaxAttempts: 2, Multiplier: math.NaN(), AttemptTimeout: time.Second}, "invalid retry policy {MaxAttempts:2 InitialBackoff:0s MaxBackoff:0s Multiplier:NaN Jitter:0 AttemptTimeout:1s}"},
 	} {
@@ -118,7 +118,7 @@ func TestRedeliveryPolicyString(t *testing.T) {
 		{RedeliveryPolicy{MaxDeliveries: 5, AckWait: 30 * time.Second}, "5 deliveries, no backoff, ack wait 30s per delivery (worst-case span 2m30s)"},
 		{RedeliveryPolicy{MaxDeliveries: 1, AckWait: 30 * time.Second, Backoff: []time.Duration{time.Minute}}, "1 delivery (no redelivery), ack wait 30s per delivery (worst-case span 30s)"},
 		{RedeliveryPolicy{AckWait: 10 * time.Second, Backoff: []time.Duration{-time.Second, time.Second}},
-			"unlimited deliveries, backoff 0s then 1s, ack wait 10s per delivery (worst-case span unbounded)"},
+			"unlimited deliveries, backoff 0s then 1s, ack wait 10s per delivery (worst-case span forever)"},
 	} {
 		if got := tc.r.String(); got != tc.want {
 			t.Errorf("String(%+v)\n got %s\nwant %s", tc.r, got, tc.want)

@@ -6,7 +6,9 @@
 // (publisher side) and a RedeliveryPolicy (consumer side) each have a
 // worst-case Span. CheckPublisher and CheckConsumer compare the two and
 // return an *UnsafeRetryError that names the numbers and a concrete fix when
-// a span does not fit.
+// a span does not fit. Each fix names the setting to change: the portable
+// options by their Go names, the broker's by the names its driver gives
+// in Window.Settings.
 //
 // # The model both checks state
 //
@@ -37,7 +39,7 @@
 //     sufficient; its fix hint says the TTL must cover P plus R.
 //   - Consumer: T ≥ R when P ≤ W, and T ≥ R + P — the whole P, not P−W —
 //     when P > W. This is the sufficient condition: with a truthful
-//     ProducerSpan it alone rules out a duplicate effect, whatever the
+//     PublisherSpan it alone rules out a duplicate effect, whatever the
 //     publisher checked. With P ≤ W and MaxDeliveries 1 there is one
 //     delivery of one copy, claimed before anything completes: any T.
 //
@@ -75,6 +77,7 @@ package window
 import (
 	"fmt"
 	"math"
+	"strings"
 	"time"
 )
 
@@ -156,10 +159,14 @@ type Window struct {
 	// "stream STREAM", "queue", "message group". Empty means the whole
 	// entity.
 	Scope string
+	// Settings name where this backend's window and redelivery policy are
+	// set, for the fixes of an UnsafeRetryError. The zero value gets
+	// generic names.
+	Settings Settings
 }
 
 // String reads well inside an error message, for example
-// "jetstream dedup window 2m0s (configured on the entity, discovered from the broker)".
+// "jetstream dedup window 2m (configured on the entity, discovered from the broker)".
 func (w Window) String() string {
 	name := w.Backend
 	if name == "" {
@@ -172,7 +179,41 @@ func (w Window) String() string {
 	if w.Kind == KindNone || w.Duration <= 0 {
 		return fmt.Sprintf("%s has no publish-side dedup window (%s%s)", name, w.Source, scope)
 	}
-	return fmt.Sprintf("%s dedup window %s (%s, %s%s)", name, w.Duration, w.Kind, w.Source, scope)
+	return fmt.Sprintf("%s dedup window %s (%s, %s%s)", name, FormatDuration(w.Duration), w.Kind, w.Source, scope)
+}
+
+// FormatDuration prints d for people, in days, hours, minutes and seconds
+// with the zero units left out: "5m", "1h30m", "3d4h", "6m59s", "51.5s".
+// A day is 24 hours. Forever prints as "forever"; durations under a second,
+// and negative ones, print as time.Duration's String does ("100ms"). Every
+// startup error prints its durations with it.
+func FormatDuration(d time.Duration) string {
+	switch {
+	case d >= Forever:
+		return "forever"
+	case d < time.Second:
+		return d.String()
+	}
+	var b strings.Builder
+	for _, u := range []struct {
+		unit time.Duration
+		name string
+	}{{24 * time.Hour, "d"}, {time.Hour, "h"}, {time.Minute, "m"}} {
+		if n := d / u.unit; n > 0 {
+			fmt.Fprintf(&b, "%d%s", n, u.name)
+			d -= n * u.unit
+		}
+	}
+	if d > 0 {
+		// Whole seconds, then the fraction without trailing zeros, as
+		// time.Duration prints it: 59s, 1.5s, 0.25s.
+		fmt.Fprintf(&b, "%d", d/time.Second)
+		if frac := d % time.Second; frac > 0 {
+			b.WriteString(strings.TrimRight(fmt.Sprintf(".%09d", frac), "0"))
+		}
+		b.WriteString("s")
+	}
+	return b.String()
 }
 
 // Protects reports whether the window deduplicates anything at all.

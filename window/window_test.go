@@ -3,7 +3,6 @@ package window
 
 import (
 	"errors"
-	"fmt"
 	"math"
 	"strings"
 	"testing"
@@ -96,24 +95,24 @@ func TestCheckPublisher(t *testing.T) {
 	}{
 		{"fits a 10m Service Bus window", PublisherPlan{Retry: eightMinutes, Window: serviceBus10m}, false, nil},
 		{"same policy refused on SQS", PublisherPlan{Retry: eightMinutes, Window: sqsWindow}, true,
-			[]string{"lower MaxAttempts to 6", "MaxBackoff to 31s", "declare consumer-side dedup with TTL ≥ 6m59s"}},
+			[]string{"lower PublisherOptions.Retry.MaxAttempts from 8 to 6", "cap PublisherOptions.Retry.MaxBackoff at 31s", "declare consumer-side dedup: set PublisherOptions.ConsumerDedupTTL to ≥ 6m59s"}},
 		{"SQS with covering dedup TTL", PublisherPlan{Retry: eightMinutes, Window: sqsWindow, DedupTTL: 10 * time.Minute}, false, nil},
 		{"SQS with too short dedup TTL", PublisherPlan{Retry: eightMinutes, Window: sqsWindow, DedupTTL: 6 * time.Minute}, true,
-			[]string{"declare consumer-side dedup with TTL ≥ 6m59s + the consumers' redelivery span"}},
+			[]string{"raise PublisherOptions.ConsumerDedupTTL from 6m to ≥ 6m59s, and ConsumerOptions.PublisherSpan to 5m35s on the consumers, whose TTL must also cover their redelivery span"}},
 		// A span inside the window never makes a second copy, so a short
 		// declared TTL cannot make it unsafe (it used to replace the window).
 		{"fits the window whatever the declared TTL", PublisherPlan{Retry: eightMinutes, Window: serviceBus10m, DedupTTL: time.Minute}, false, nil},
 		{"fits neither the window nor the declared TTL", PublisherPlan{Retry: eightMinutes, Window: sqsWindow, DedupTTL: time.Minute}, true,
-			[]string{"lower MaxAttempts to 6", "declare consumer-side dedup with TTL ≥ 6m59s"}},
+			[]string{"lower PublisherOptions.Retry.MaxAttempts from 8 to 6", "raise PublisherOptions.ConsumerDedupTTL from 1m to ≥ 6m59s"}},
 		{"pubsub rejects any retrying policy", PublisherPlan{Retry: DefaultRetryPolicy(), Window: pubsubWindow}, true,
-			[]string{"set MaxAttempts to 1 (no retries)", "declare consumer-side dedup with TTL ≥ 1m5s"}},
+			[]string{"declare consumer-side dedup: set PublisherOptions.ConsumerDedupTTL to ≥ 1m5s", "set PublisherOptions.Retry.MaxAttempts to 1 (no retries)"}},
 		{"pubsub without retries", PublisherPlan{Retry: RetryPolicy{MaxAttempts: 1}, Window: pubsubWindow}, false, nil},
 		{"pubsub with dedup declared", PublisherPlan{Retry: DefaultRetryPolicy(), Window: pubsubWindow, DedupTTL: time.Hour}, false, nil},
 		{"default fits jetstream", PublisherPlan{Retry: DefaultRetryPolicy(), Window: jetstreamWindow}, false, nil},
 		{"margin counts", PublisherPlan{Retry: RetryPolicy{MaxAttempts: 2, AttemptTimeout: 55 * time.Second, InitialBackoff: 5 * time.Second}, Window: jetstreamWindow}, true, nil},
 		{"negative margin means none", PublisherPlan{Retry: RetryPolicy{MaxAttempts: 2, AttemptTimeout: 55 * time.Second, InitialBackoff: 10 * time.Second}, Window: jetstreamWindow, Margin: -1}, false, nil},
 		{"unbounded attempt", PublisherPlan{Retry: RetryPolicy{MaxAttempts: 3}, Window: sqsWindow}, true,
-			[]string{"set AttemptTimeout"}},
+			[]string{"set PublisherOptions.Retry.AttemptTimeout (without it"}},
 		{"hidden SDK retries count", PublisherPlan{Retry: RetryPolicy{MaxAttempts: 2, AttemptTimeout: time.Second}, HiddenSpan: 5 * time.Minute, Window: sqsWindow}, true, nil},
 	}
 	for _, tt := range tests {
@@ -135,60 +134,9 @@ func TestCheckPublisher(t *testing.T) {
 					t.Errorf("error %q\ndoes not suggest %q", msg, f)
 				}
 			}
-			// Every suggested numeric fix must really pass.
-			if tt.plan.Retry.AttemptTimeout > 0 {
-				checkFixesPass(t, tt.plan, ue)
-			}
+			checkPublisherFixes(t, tt.plan, ue)
 		})
 	}
-}
-
-// checkFixesPass applies each parseable fix and re-runs the check.
-func checkFixesPass(t *testing.T, plan PublisherPlan, ue *UnsafeRetryError) {
-	t.Helper()
-	for _, fix := range ue.Fixes {
-		p := plan
-		var n int
-		var d time.Duration
-		switch {
-		case scan(fix, "lower MaxAttempts to %d", &n):
-			p.Retry.MaxAttempts = n
-		case scanDur(fix, "MaxBackoff to ", &d):
-			p.Retry.MaxBackoff = d
-		case scanDur(fix, "AttemptTimeout to ", &d):
-			p.Retry.AttemptTimeout = d
-		case scanDur(fix, "declare consumer-side dedup with TTL ≥ ", &d):
-			p.DedupTTL = d
-		case fix == "set MaxAttempts to 1 (no retries)":
-			p.Retry.MaxAttempts = 1
-		default:
-			continue
-		}
-		if err := CheckPublisher(p); err != nil {
-			t.Errorf("fix %q does not pass: %v", fix, err)
-		}
-	}
-}
-
-func scan(s, format string, n *int) bool {
-	prefix := strings.TrimSuffix(format, "%d")
-	if !strings.HasPrefix(s, prefix) {
-		return false
-	}
-	_, err := fmt.Sscan(strings.TrimPrefix(s, prefix), n)
-	return err == nil
-}
-
-func scanDur(s, prefix string, d *time.Duration) bool {
-	if !strings.HasPrefix(s, prefix) {
-		return false
-	}
-	// The duration is the first word after the prefix; words after it
-	// explain the fix.
-	word, _, _ := strings.Cut(strings.TrimPrefix(s, prefix), " ")
-	v, err := time.ParseDuration(word)
-	*d = v
-	return err == nil
 }
 
 func TestCheckConsumer(t *testing.T) {
@@ -201,26 +149,26 @@ func TestCheckConsumer(t *testing.T) {
 	}{
 		{"no store, nothing to check", ConsumerPlan{Redelivery: RedeliveryPolicy{}, Window: sqsWindow}, false, ""},
 		{"ttl covers redelivery", ConsumerPlan{Redelivery: sqsRedelivery, Window: sqsWindow, DedupTTL: 5 * time.Minute}, false, ""},
-		{"ttl too short", ConsumerPlan{Redelivery: sqsRedelivery, Window: sqsWindow, DedupTTL: 2 * time.Minute}, true, "lower MaxDeliveries to 3"},
-		{"unlimited redelivery", ConsumerPlan{Redelivery: RedeliveryPolicy{AckWait: 30 * time.Second}, Window: jetstreamWindow, DedupTTL: 24 * time.Hour}, true, "bound redeliveries"},
-		{"producer span within window adds nothing", ConsumerPlan{Redelivery: sqsRedelivery, Window: sqsWindow, DedupTTL: 4 * time.Minute, ProducerSpan: 4 * time.Minute}, false, ""},
-		// Beyond the window the whole producer span counts, not the 3m
+		{"ttl too short", ConsumerPlan{Redelivery: sqsRedelivery, Window: sqsWindow, DedupTTL: 2 * time.Minute}, true, "lower the broker's max deliveries from 5 to 3"},
+		{"unlimited redelivery", ConsumerPlan{Redelivery: RedeliveryPolicy{AckWait: 30 * time.Second}, Window: jetstreamWindow, DedupTTL: 24 * time.Hour}, true, "set the broker's max deliveries to at most 1000 (deliveries are unlimited now)"},
+		{"publisher span within window adds nothing", ConsumerPlan{Redelivery: sqsRedelivery, Window: sqsWindow, DedupTTL: 4 * time.Minute, PublisherSpan: 4 * time.Minute}, false, ""},
+		// Beyond the window the whole publisher span counts, not the 3m
 		// beyond it: 2m30s + 8m = 10m30s, over 0.8 = 13m8s.
-		{"producer span beyond window counts in full", ConsumerPlan{Redelivery: sqsRedelivery, Window: sqsWindow, DedupTTL: 4 * time.Minute, ProducerSpan: 8 * time.Minute}, true, "raise the dedup store TTL to ≥ 13m8s"},
-		{"producer span beyond window: the old 6m53s is refused", ConsumerPlan{Redelivery: sqsRedelivery, Window: sqsWindow, DedupTTL: 6*time.Minute + 53*time.Second, ProducerSpan: 8 * time.Minute}, true, "keep the publishers' retry span (ProducerSpan) within 4m0s"},
-		{"producer span beyond window, ttl covers all of it", ConsumerPlan{Redelivery: sqsRedelivery, Window: sqsWindow, DedupTTL: 13*time.Minute + 8*time.Second, ProducerSpan: 8 * time.Minute}, false, ""},
+		{"publisher span beyond window counts in full", ConsumerPlan{Redelivery: sqsRedelivery, Window: sqsWindow, DedupTTL: 4 * time.Minute, PublisherSpan: 8 * time.Minute}, true, "from 4m to ≥ 13m8s"},
+		{"publisher span beyond window: the old 6m53s is refused", ConsumerPlan{Redelivery: sqsRedelivery, Window: sqsWindow, DedupTTL: 6*time.Minute + 53*time.Second, PublisherSpan: 8 * time.Minute}, true, "keep the publishers' retry span within 4m, the broker window less the margin (ConsumerOptions.PublisherSpan is 8m now)"},
+		{"publisher span beyond window, ttl covers all of it", ConsumerPlan{Redelivery: sqsRedelivery, Window: sqsWindow, DedupTTL: 13*time.Minute + 8*time.Second, PublisherSpan: 8 * time.Minute}, false, ""},
 		// Issue 9, defect 1: mem window 5m, AckWait 30s × 3 deliveries,
 		// publishers 2 attempts 9m apart (span 10m), Guard TTL 8m12s. The
 		// old check asked 1m30s + (10m − 5m) = 6m30s ≤ 0.8 × 8m12s and
 		// accepted; the first copy's key expires at t0+8m12s, the retry at
 		// t0+9m is a new message and runs the effect again.
-		{"one delivery of one copy needs no TTL", ConsumerPlan{Redelivery: RedeliveryPolicy{MaxDeliveries: 1, AckWait: time.Minute}, Window: sqsWindow, DedupTTL: time.Second, ProducerSpan: time.Minute}, false, ""},
-		{"one delivery of each of two copies", ConsumerPlan{Redelivery: RedeliveryPolicy{MaxDeliveries: 1, AckWait: time.Minute}, Window: sqsWindow, DedupTTL: time.Second, ProducerSpan: 6 * time.Minute}, true, "raise the dedup store TTL to ≥ 8m45s"},
-		{"issue 9 defect 1", ConsumerPlan{Redelivery: RedeliveryPolicy{MaxDeliveries: 3, AckWait: 30 * time.Second}, Window: memWindow5m, DedupTTL: 8*time.Minute + 12*time.Second, ProducerSpan: 10 * time.Minute}, true, "raise the dedup store TTL to ≥ 14m23s"},
-		{"margin applies to the window too", ConsumerPlan{Redelivery: sqsRedelivery, Window: sqsWindow, DedupTTL: 4 * time.Minute, ProducerSpan: 4*time.Minute + time.Second}, true, "raise the dedup store TTL to ≥ 8m9s"},
-		{"no margin: span equal to the window fits", ConsumerPlan{Redelivery: sqsRedelivery, Window: sqsWindow, DedupTTL: 150 * time.Second, ProducerSpan: 5 * time.Minute, Margin: -1}, false, ""},
-		{"no margin: a span 1ns over the window counts in full", ConsumerPlan{Redelivery: sqsRedelivery, Window: sqsWindow, DedupTTL: 150*time.Second + 5*time.Minute, ProducerSpan: 5*time.Minute + 1, Margin: -1}, true, ""},
-		{"no window: whole producer span", ConsumerPlan{Redelivery: sqsRedelivery, Window: pubsubWindow, DedupTTL: 10 * time.Minute, ProducerSpan: 8 * time.Minute}, true, "raise the dedup store TTL to ≥ 13m8s"},
+		{"one delivery of one copy needs no TTL", ConsumerPlan{Redelivery: RedeliveryPolicy{MaxDeliveries: 1, AckWait: time.Minute}, Window: sqsWindow, DedupTTL: time.Second, PublisherSpan: time.Minute}, false, ""},
+		{"one delivery of each of two copies", ConsumerPlan{Redelivery: RedeliveryPolicy{MaxDeliveries: 1, AckWait: time.Minute}, Window: sqsWindow, DedupTTL: time.Second, PublisherSpan: 6 * time.Minute}, true, "from 1s to ≥ 8m45s"},
+		{"issue 9 defect 1", ConsumerPlan{Redelivery: RedeliveryPolicy{MaxDeliveries: 3, AckWait: 30 * time.Second}, Window: memWindow5m, DedupTTL: 8*time.Minute + 12*time.Second, PublisherSpan: 10 * time.Minute}, true, "from 8m12s to ≥ 14m23s"},
+		{"margin applies to the window too", ConsumerPlan{Redelivery: sqsRedelivery, Window: sqsWindow, DedupTTL: 4 * time.Minute, PublisherSpan: 4*time.Minute + time.Second}, true, "from 4m to ≥ 8m9s"},
+		{"no margin: span equal to the window fits", ConsumerPlan{Redelivery: sqsRedelivery, Window: sqsWindow, DedupTTL: 150 * time.Second, PublisherSpan: 5 * time.Minute, Margin: -1}, false, ""},
+		{"no margin: a span 1ns over the window counts in full", ConsumerPlan{Redelivery: sqsRedelivery, Window: sqsWindow, DedupTTL: 150*time.Second + 5*time.Minute, PublisherSpan: 5*time.Minute + 1, Margin: -1}, true, ""},
+		{"no window: whole publisher span", ConsumerPlan{Redelivery: sqsRedelivery, Window: pubsubWindow, DedupTTL: 10 * time.Minute, PublisherSpan: 8 * time.Minute}, true, "from 10m to ≥ 13m8s"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -228,16 +176,24 @@ func TestCheckConsumer(t *testing.T) {
 			if (err != nil) != tt.unsafe {
 				t.Fatalf("CheckConsumer = %v, want unsafe=%v", err, tt.unsafe)
 			}
-			if err != nil && !strings.Contains(err.Error(), tt.fix) {
+			if err == nil {
+				return
+			}
+			if !strings.Contains(err.Error(), tt.fix) {
 				t.Errorf("error %q does not contain %q", err, tt.fix)
 			}
+			var ue *UnsafeRetryError
+			if !errors.As(err, &ue) || !errors.Is(err, ErrUnsafeRetry) {
+				t.Fatalf("CheckConsumer = %v, want *UnsafeRetryError", err)
+			}
+			checkConsumerFixes(t, tt.plan, ue)
 		})
 	}
 }
 
 // TestChecksAgree walks a grid of plans that declare each other truthfully
 // (the publisher's ConsumerDedupTTL is the consumer's TTL, the consumer's
-// ProducerSpan the publisher's span) and checks that the two checks state
+// PublisherSpan the publisher's span) and checks that the two checks state
 // one model: whatever the consumer accepts, the publisher accepts; a
 // publisher that fits its window costs the consumer nothing beyond R; and a
 // publisher refused by both window and TTL is refused by the consumer too.
@@ -255,7 +211,7 @@ func TestChecksAgree(t *testing.T) {
 					for ttl := 10 * time.Second; ttl <= 30*time.Minute; ttl += 10 * time.Second {
 						checked++
 						pub := CheckPublisher(PublisherPlan{Retry: retry, Window: w, DedupTTL: ttl, Margin: margin})
-						con := CheckConsumer(ConsumerPlan{Redelivery: redelivery, Window: w, DedupTTL: ttl, ProducerSpan: span, Margin: margin})
+						con := CheckConsumer(ConsumerPlan{Redelivery: redelivery, Window: w, DedupTTL: ttl, PublisherSpan: span, Margin: margin})
 						bare := CheckPublisher(PublisherPlan{Retry: retry, Window: w, Margin: margin})
 						onlyR := CheckConsumer(ConsumerPlan{Redelivery: redelivery, Window: w, DedupTTL: ttl, Margin: margin})
 						switch {
@@ -274,11 +230,74 @@ func TestChecksAgree(t *testing.T) {
 	t.Logf("%d plans agree", checked)
 }
 
+// TestErrorText: what the span was compared with is what the bracket
+// names, and durations read as FormatDuration prints them.
 func TestErrorText(t *testing.T) {
-	err := CheckPublisher(PublisherPlan{Retry: eightMinutes, Window: sqsWindow})
-	want := "dedupq: unsafe publisher retry policy: worst-case span 5m35s exceeds the broker window 5m0s less a 20% safety margin = 4m0s (sqs dedup window 5m0s (fixed by the broker, documented, scope queue)); fix: "
-	if err == nil || !strings.HasPrefix(err.Error(), want) {
-		t.Errorf("error text:\n got %v\nwant prefix %s", err, want)
+	for _, tc := range []struct {
+		name string
+		err  error
+		want string // the text up to the fixes, which TestFixTexts shows
+	}{
+		{"publisher against the window", CheckPublisher(PublisherPlan{Retry: eightMinutes, Window: sqsWindow}),
+			"dedupq: unsafe publisher retry policy: worst-case span 5m35s exceeds the broker window 5m less a 20% safety margin = 4m (sqs dedup window 5m (fixed by the broker, documented, scope queue))"},
+		{"publisher against the declared TTL", CheckPublisher(PublisherPlan{Retry: eightMinutes, Window: sqsWindow, DedupTTL: 6 * time.Minute}),
+			"dedupq: unsafe publisher retry policy: worst-case span 5m35s exceeds the declared consumer dedup TTL 6m less a 20% safety margin = 4m48s (PublisherOptions.ConsumerDedupTTL; the span does not fit the sqs dedup window 5m (fixed by the broker, documented, scope queue) either)"},
+		{"publisher against the declared TTL, no window", CheckPublisher(PublisherPlan{Retry: eightMinutes, Window: pubsubWindow, DedupTTL: 6 * time.Minute}),
+			"dedupq: unsafe publisher retry policy: worst-case span 5m35s exceeds the declared consumer dedup TTL 6m less a 20% safety margin = 4m48s (PublisherOptions.ConsumerDedupTTL; pubsub has no publish-side dedup window (documented))"},
+		{"publisher with nothing", CheckPublisher(PublisherPlan{Retry: DefaultRetryPolicy(), Window: pubsubWindow}),
+			"dedupq: unsafe publisher retry policy: worst-case span 51.5s has nothing to protect it: pubsub has no publish-side dedup window (documented) and no consumer-side dedup was declared (PublisherOptions.ConsumerDedupTTL)"},
+		{"consumer, redelivery only", CheckConsumer(ConsumerPlan{Redelivery: RedeliveryPolicy{MaxDeliveries: 5, AckWait: 30 * time.Second}, Window: sqsWindow, DedupTTL: 2 * time.Minute}),
+			"dedupq: unsafe consumer retry policy: worst-case span 2m30s exceeds the dedup store TTL 2m less a 20% safety margin = 1m36s (the TTL of ConsumerOptions.Dedup; redelivery: 5 deliveries, no backoff, ack wait 30s per delivery (worst-case span 2m30s))"},
+		{"consumer, publishers beyond the window", CheckConsumer(ConsumerPlan{Redelivery: RedeliveryPolicy{MaxDeliveries: 5, AckWait: 30 * time.Second}, Window: sqsWindow, DedupTTL: 4 * time.Minute, PublisherSpan: 8 * time.Minute}),
+			"dedupq: unsafe consumer retry policy: worst-case span 10m30s exceeds the dedup store TTL 4m less a 20% safety margin = 3m12s (the TTL of ConsumerOptions.Dedup; redelivery: 5 deliveries, no backoff, ack wait 30s per delivery (worst-case span 2m30s), plus the publishers' whole retry span 8m (ConsumerOptions.PublisherSpan), which does not fit the sqs dedup window 5m (fixed by the broker, documented, scope queue) less the margin)"},
+		{"consumer, publishers without a window", CheckConsumer(ConsumerPlan{Redelivery: RedeliveryPolicy{MaxDeliveries: 5, AckWait: 30 * time.Second}, Window: pubsubWindow, DedupTTL: 4 * time.Minute, PublisherSpan: 8 * time.Minute}),
+			"dedupq: unsafe consumer retry policy: worst-case span 10m30s exceeds the dedup store TTL 4m less a 20% safety margin = 3m12s (the TTL of ConsumerOptions.Dedup; redelivery: 5 deliveries, no backoff, ack wait 30s per delivery (worst-case span 2m30s), plus the publishers' whole retry span 8m (ConsumerOptions.PublisherSpan): pubsub has no publish-side dedup window (documented))"},
+		{"unbounded spans read forever", CheckConsumer(ConsumerPlan{Redelivery: RedeliveryPolicy{AckWait: 30 * time.Second}, Window: jetstreamWindow, DedupTTL: 50 * time.Hour}),
+			"dedupq: unsafe consumer retry policy: worst-case span forever exceeds the dedup store TTL 2d2h less a 20% safety margin = 1d16h (the TTL of ConsumerOptions.Dedup; redelivery: unlimited deliveries, no backoff, ack wait 30s per delivery (worst-case span forever))"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if tc.err == nil {
+				t.Fatal("the check passed")
+			}
+			got, _, _ := strings.Cut(tc.err.Error(), "; fix: ")
+			if got != tc.want {
+				t.Errorf("error text\n got %s\nwant %s", got, tc.want)
+			}
+		})
+	}
+}
+
+func TestFormatDuration(t *testing.T) {
+	for _, tc := range []struct {
+		d    time.Duration
+		want string
+	}{
+		{0, "0s"},
+		{time.Nanosecond, "1ns"},
+		{100 * time.Millisecond, "100ms"},
+		{time.Second, "1s"},
+		{51500 * time.Millisecond, "51.5s"},
+		{5 * time.Minute, "5m"},
+		{6*time.Minute + 59*time.Second, "6m59s"},
+		{time.Hour + 30*time.Minute, "1h30m"},
+		{time.Hour + 5*time.Second, "1h5s"},
+		{time.Minute + 250*time.Millisecond, "1m0.25s"},
+		{24 * time.Hour, "1d"},
+		{3*24*time.Hour + 4*time.Hour, "3d4h"},
+		{7*24*time.Hour + time.Nanosecond, "7d0.000000001s"},
+		{1e18, "11574d1h46m40s"}, // time.Duration prints 277777h46m40s
+		{Forever - 1, "106751d23h47m16.854775806s"},
+		{Forever, "forever"},
+		{-time.Second, "-1s"},
+	} {
+		if got := FormatDuration(tc.d); got != tc.want {
+			t.Errorf("FormatDuration(%d) = %q, want %q", int64(tc.d), got, tc.want)
+		}
+		if tc.d > 0 && tc.d < Forever {
+			if back, err := parseDuration(tc.want); err != nil || back != tc.d {
+				t.Errorf("%q reads back as %s, %v; want %d", tc.want, back, err, int64(tc.d))
+			}
+		}
 	}
 }
 

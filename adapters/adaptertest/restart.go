@@ -94,7 +94,7 @@ func testRestart(t *testing.T, s *suite) {
 		t.Fatal(err)
 	}
 	con, err := dedupq.NewConsumer(ctx, ent.Subscription, dedupq.ConsumerOptions{
-		Concurrency: 8, Dedup: guard, ProducerSpan: retry.Span(),
+		Concurrency: 8, Dedup: guard, PublisherSpan: retry.Span(),
 		Logger: slog.New(slog.NewTextHandler(t.Output(), nil)),
 	})
 	if err != nil {

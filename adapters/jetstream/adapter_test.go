@@ -178,7 +178,7 @@ func TestWindowDiscovered(t *testing.T) {
 		top := openTopic(t, nc, cfg)
 		sub := openSub(t, nc, cfg)
 		want := window.Window{Backend: "jetstream", Duration: cfg.Duplicates, Kind: window.KindConfigured,
-			Source: window.SourceDiscovered, Scope: "stream " + cfg.Stream}
+			Source: window.SourceDiscovered, Scope: "stream " + cfg.Stream, Settings: settings()}
 		for name, w := range map[string]func(context.Context) (window.Window, error){"topic": top.Window, "subscription": sub.Window} {
 			got, err := w(ctxT(t))
 			if err != nil || got != want {
@@ -539,7 +539,7 @@ func TestOpenChecks(t *testing.T) {
 			want string
 		}{
 			{"missing stream", topicOpener(nc), func(c *Config) { c.Stream, c.CreateStream = uniqueName("MISSING"), false }, "does not exist"},
-			{"window differs", topicOpener(nc), func(c *Config) { c.Duplicates = time.Minute }, "not the 1m0s configured"},
+			{"window differs", topicOpener(nc), func(c *Config) { c.Duplicates = time.Minute }, "not the 1m configured"},
 			{"subject not covered", topicOpener(nc), func(c *Config) { c.Stream, c.Subject, c.Duplicates = other, "dedupq.narrow."+other, 0 }, "does not take"},
 			{"ack wait differs", subOpener(nc), func(c *Config) { c.AckWait = 3 * time.Second }, "AckWait is 1s, not 3s"},
 			{"max deliver differs", subOpener(nc), func(c *Config) { c.MaxDeliver = 9 }, "MaxDeliver is 5, not 9"},
@@ -683,7 +683,7 @@ func TestEndToEndEffectsOnce(t *testing.T) {
 			t.Fatal(err)
 		}
 		con, err := dedupq.OpenConsumer(ctx, raw, dedupq.ConsumerOptions{
-			Concurrency: 8, Dedup: guard, ProducerSpan: pub.RetryPolicy().Span(),
+			Concurrency: 8, Dedup: guard, PublisherSpan: pub.RetryPolicy().Span(),
 		})
 		if err != nil {
 			t.Fatalf("OpenConsumer(%s): %v", raw, err)
@@ -752,7 +752,8 @@ func TestWindowOfMirror(t *testing.T) {
 		sub := openSub(t, nc, cfg)
 		w, err := sub.Window(ctxT(t))
 		want := window.Window{Backend: "jetstream", Duration: origin.Duplicates, Kind: window.KindConfigured,
-			Source: window.SourceDiscovered, Scope: "stream " + origin.Stream + " (mirrored by " + mirror + ")"}
+			Source: window.SourceDiscovered, Scope: "stream " + origin.Stream + " (mirrored by " + mirror + ")", Settings: settings()}
+		want.Settings.Window = "the Duplicates of stream " + origin.Stream + ", which " + mirror + " mirrors"
 		if err != nil || w != want {
 			t.Errorf("mirror Window = %+v, %v; want %+v", w, err, want)
 		}

@@ -311,7 +311,7 @@ func BenchmarkConsume(b *testing.B) {
 			if err != nil {
 				b.Fatal(err)
 			}
-			opts := dedupq.ConsumerOptions{Concurrency: consumeConcurrency, ProducerSpan: window.DefaultRetryPolicy().Span()}
+			opts := dedupq.ConsumerOptions{Concurrency: consumeConcurrency, PublisherSpan: window.DefaultRetryPolicy().Span()}
 			if guarded {
 				g, err := dedup.NewGuard(dedup.GuardOptions{Store: memstore.New(nil), TTL: time.Hour})
 				if err != nil {

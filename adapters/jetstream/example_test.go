@@ -38,7 +38,7 @@ func Example() {
 		fmt.Printf("stream sequence %s, duplicate %v\n", res.BackendID, res.Duplicate)
 	}
 	// Output:
-	// jetstream dedup window 2m0s (configured on the entity, discovered from the broker, scope stream ORDERS)
+	// jetstream dedup window 2m (configured on the entity, discovered from the broker, scope stream ORDERS)
 	// stream sequence 1, duplicate false
 	// stream sequence 1, duplicate true
 }

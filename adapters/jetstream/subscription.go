@@ -215,7 +215,7 @@ func checkConsumer(c jetstream.ConsumerConfig, cfg Config) error {
 	}
 	// With BackOff the server sets AckWait to its first entry.
 	if cfg.AckWait != 0 && len(cfg.BackOff) == 0 && c.AckWait != cfg.AckWait {
-		problems = append(problems, fmt.Sprintf("its AckWait is %s, not %s", c.AckWait, cfg.AckWait))
+		problems = append(problems, fmt.Sprintf("its AckWait is %s, not %s", window.FormatDuration(c.AckWait), window.FormatDuration(cfg.AckWait)))
 	}
 	if cfg.MaxDeliver != 0 && c.MaxDeliver != cfg.MaxDeliver && !(cfg.MaxDeliver < 0 && c.MaxDeliver <= 0) {
 		problems = append(problems, fmt.Sprintf("its MaxDeliver is %d, not %d", c.MaxDeliver, cfg.MaxDeliver))

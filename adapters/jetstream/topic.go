@@ -369,7 +369,7 @@ func streamConfig(cfg *Config) jetstream.StreamConfig {
 // checkStream checks cfg.Duplicates against a stream.
 func checkStream(stream jetstream.Stream, cfg *Config) error {
 	if got := stream.CachedInfo().Config.Duplicates; cfg.Duplicates != 0 && got != cfg.Duplicates {
-		return fmt.Errorf("jetstream: stream %s has a dedup window (Duplicates) of %s, not the %s configured; change one of them", cfg.Stream, got, cfg.Duplicates)
+		return fmt.Errorf("jetstream: stream %s has a dedup window (Duplicates) of %s, not the %s configured; change one of them", cfg.Stream, window.FormatDuration(got), window.FormatDuration(cfg.Duplicates))
 	}
 	return nil
 }
@@ -413,6 +413,19 @@ func currentWindow(ctx context.Context, js jetstream.JetStream, stream jetstream
 	return streamWindow(ctx, js, stream)
 }
 
+// settings name where a user changes what the startup check reads here.
+// Config, or the URL, states the stream's and the durable's settings: they
+// are used when this package creates the entity and must match it
+// otherwise, so a change is made on the server and in Config alike.
+// BackOff is not named on its own: Redelivery folds it into AckWait.
+func settings() window.Settings {
+	return window.Settings{
+		Window:        "the stream's Duplicates (Config.Duplicates, URL parameter window)",
+		AckWait:       "the durable's AckWait and every BackOff entry above it (Config.AckWait and BackOff, URL parameters ack_wait and backoff)",
+		MaxDeliveries: "the durable's MaxDeliver (Config.MaxDeliver, URL parameter max_deliveries)",
+	}
+}
+
 // plannedWindow is the window of the stream createStream makes: its
 // Duplicates, or the server's default.
 func plannedWindow(cfg Config) window.Window {
@@ -422,6 +435,7 @@ func plannedWindow(cfg Config) window.Window {
 		Kind:     window.KindConfigured,
 		Source:   window.SourceConfigured,
 		Scope:    "stream " + cfg.Stream + ", to be created",
+		Settings: settings(),
 	}
 	if w.Duration == 0 {
 		w.Duration, w.Source = DefaultWindow, window.SourceDocumented
@@ -441,6 +455,7 @@ func streamWindow(ctx context.Context, js jetstream.JetStream, stream jetstream.
 		Kind:     window.KindConfigured,
 		Source:   window.SourceDiscovered,
 		Scope:    "stream " + info.Config.Name,
+		Settings: settings(),
 	}
 	if w.Duration > 0 {
 		return w, nil
@@ -451,6 +466,7 @@ func streamWindow(ctx context.Context, js jetstream.JetStream, stream jetstream.
 		if origin, err := js.Stream(ctx, m.Name); err == nil {
 			if d := origin.CachedInfo().Config.Duplicates; d > 0 {
 				w.Duration, w.Scope = d, fmt.Sprintf("stream %s (mirrored by %s)", m.Name, info.Config.Name)
+				w.Settings.Window = fmt.Sprintf("the Duplicates of stream %s, which %s mirrors", m.Name, info.Config.Name)
 				return w, nil
 			}
 		}

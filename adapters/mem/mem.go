@@ -275,7 +275,12 @@ func (b *Broker) Stats(name string) Stats {
 }
 
 func (b *Broker) window(name string) window.Window {
-	w := window.Window{Backend: Backend, Source: window.SourceConfigured, Scope: "queue " + name}
+	w := window.Window{Backend: Backend, Source: window.SourceConfigured, Scope: "queue " + name, Settings: window.Settings{
+		Window:        "Options.DedupWindow (URL parameter window)",
+		AckWait:       "Options.AckWait (URL parameter ack_wait)",
+		MaxDeliveries: "Options.MaxDeliveries (URL parameter max_deliveries)",
+		Backoff:       "Options.Backoff (URL parameter backoff)",
+	}}
 	if b.opts.DedupWindow > 0 {
 		w.Duration, w.Kind = b.opts.DedupWindow, window.KindConfigured
 	}

@@ -38,11 +38,11 @@ func TestStartupCheck(t *testing.T) {
 		{"default retries, no dedup declared", dedupq.PublisherOptions{Retry: &def},
 			"dedupq: unsafe publisher retry policy: worst-case span 51.5s has nothing to protect it: pubsub has no publish-side dedup window (documented, scope topic projects/dedupq-test/topics/"},
 		{"the fix is named", dedupq.PublisherOptions{Retry: &def},
-			") and no consumer-side dedup was declared; fix: set MaxAttempts to 1 (no retries), or declare consumer-side dedup with TTL ≥ 1m5s"},
+			") and no consumer-side dedup was declared (PublisherOptions.ConsumerDedupTTL); fix: declare consumer-side dedup: set PublisherOptions.ConsumerDedupTTL to ≥ 1m5s, and ConsumerOptions.PublisherSpan to 51.5s on the consumers, whose TTL must also cover their redelivery span, or set PublisherOptions.Retry.MaxAttempts to 1 (no retries)"},
 		{"nil policy means the default", dedupq.PublisherOptions{}, "has nothing to protect it"},
 		{"default retries, consumer dedup declared", dedupq.PublisherOptions{Retry: &def, ConsumerDedupTTL: 24 * time.Hour}, ""},
 		{"no retries", dedupq.PublisherOptions{Retry: &window.RetryPolicy{MaxAttempts: 1}}, ""},
-		{"TTL too short for the span", dedupq.PublisherOptions{Retry: &def, ConsumerDedupTTL: time.Minute}, "exceeds the dedup store TTL 1m0s"},
+		{"TTL too short for the span", dedupq.PublisherOptions{Retry: &def, ConsumerDedupTTL: time.Minute}, "exceeds the declared consumer dedup TTL 1m less a 20% safety margin = 48s (PublisherOptions.ConsumerDedupTTL; pubsub has no publish-side dedup window"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -69,6 +69,54 @@ func TestStartupCheck(t *testing.T) {
 			t.Logf("refused as expected: %v", err)
 			if !strings.Contains(err.Error(), tc.refused) {
 				t.Errorf("error %q\nwant it to contain %q", err, tc.refused)
+			}
+		})
+	}
+}
+
+// ttlDedup is a Deduplicator that only declares a TTL: the consumer's
+// startup check is what is under test.
+type ttlDedup time.Duration
+
+func (d ttlDedup) Wrap(h dedupq.Handler) dedupq.Handler { return h }
+func (d ttlDedup) TTL() time.Duration                   { return time.Duration(d) }
+
+// TestConsumerFixesNameSubscriptionSettings: the consumer's fixes name the
+// subscription's settings (the ack deadline, the dead-letter policy), read
+// from the server.
+func TestConsumerFixesNameSubscriptionSettings(t *testing.T) {
+	srv := pstestServer()
+	c := srv.client(t)
+	const ackWait = "the ack deadline (the subscription's, or Options.AckExtension, URL parameter ack_extension, which overrides it)"
+	for _, tc := range []struct {
+		name string
+		cfg  subConfig
+		ttl  time.Duration
+		want string // the fixes
+	}{
+		// 5 deliveries of 20s, each redelivery after a hold of up to 20s:
+		// 3m, and 2 deliveries (1m) fit the 96s a 2m TTL leaves.
+		{"dead-letter policy", subConfig{ackDeadline: 20 * time.Second, maxDeliveries: 5}, 2 * time.Minute,
+			"raise the TTL of ConsumerOptions.Dedup (dedup.GuardOptions.TTL, pgstore.TxGuardOptions.TTL) from 2m to ≥ 3m45s" +
+				", or lower the max_delivery_attempts of the subscription's dead-letter policy from 5 to 2" +
+				", or lower " + ackWait + " from 20s to 3s"},
+		{"no dead-letter policy: unlimited", subConfig{ackDeadline: 20 * time.Second}, 10 * time.Minute,
+			"set the max_delivery_attempts of the subscription's dead-letter policy to at most 12 (deliveries are unlimited now)"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := srv.create(t.Context(), t, c, tc.cfg)
+			sub, err := dpubsub.OpenSubscription(t.Context(), c, f.sub, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer sub.Close()
+			_, err = dedupq.NewConsumer(t.Context(), sub, dedupq.ConsumerOptions{Dedup: ttlDedup(tc.ttl)})
+			var ue *window.UnsafeRetryError
+			if !errors.As(err, &ue) {
+				t.Fatalf("NewConsumer = %v, want a *window.UnsafeRetryError", err)
+			}
+			if got := strings.Join(ue.Fixes, ", or "); got != tc.want {
+				t.Errorf("fixes:\n got %s\nwant %s", got, tc.want)
 			}
 		})
 	}

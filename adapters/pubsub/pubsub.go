@@ -247,11 +247,18 @@ func IsRetryable(err error) bool {
 	return false
 }
 
-// noWindow is the publish-side window of topic: none.
+// noWindow is the publish-side window of topic: none, and no setting
+// gives one. Its Settings name where a subscription's redelivery is set;
+// the backoff is not named, because it follows from the lease and the
+// retry policy together.
 func noWindow(topic string) window.Window {
 	return window.Window{
 		Backend: Backend, Kind: window.KindNone, Source: window.SourceDocumented,
 		Scope: "topic " + topic,
+		Settings: window.Settings{
+			AckWait:       "the ack deadline (the subscription's, or Options.AckExtension, URL parameter ack_extension, which overrides it)",
+			MaxDeliveries: "the max_delivery_attempts of the subscription's dead-letter policy",
+		},
 	}
 }
 

@@ -254,8 +254,46 @@ func windowOf(e Entity, p EntityProperties, stated bool) window.Window {
 		src = window.SourceConfigured
 		scope += ", stated by the program, not read from the entity"
 	}
-	if !p.RequiresDuplicateDetection || p.DuplicateDetectionWindow <= 0 {
-		return window.Window{Backend: Backend, Kind: window.KindNone, Source: src, Scope: scope}
+	w := window.Window{Backend: Backend, Source: src, Scope: scope}
+	if p.RequiresDuplicateDetection && p.DuplicateDetectionWindow > 0 {
+		w.Duration, w.Kind = p.DuplicateDetectionWindow, window.KindConfigured
 	}
-	return window.Window{Backend: Backend, Duration: p.DuplicateDetectionWindow, Kind: window.KindConfigured, Source: src, Scope: scope}
+	w.Settings = settingsOf(e, w.Kind, stated)
+	return w
+}
+
+// settingsOf names the entity properties behind the window and the
+// redelivery policy: the window is the queue's or topic's, the lock and
+// delivery count the queue's or subscription's. Properties the program
+// states (Options.Stated, the URL) must change there too. The backoff
+// follows from LockDuration (see Subscription.Redelivery), so it is not
+// named on its own.
+func settingsOf(e Entity, k window.Kind, stated bool) window.Settings {
+	receiver := "queue"
+	if e.Queue == "" {
+		receiver = "subscription"
+	}
+	name := func(property, param string) string {
+		if stated {
+			property += fmt.Sprintf(" and URL parameter %s (Options.Stated)", param)
+		}
+		return property
+	}
+	win := fmt.Sprintf("the %s's DuplicateDetectionHistoryTimeWindow", e.sendKind())
+	if k == window.KindNone {
+		win = fmt.Sprintf("the DuplicateDetectionHistoryTimeWindow of a %s recreated with RequiresDuplicateDetection (fixed at creation)", e.sendKind())
+	}
+	return window.Settings{
+		Window:        name(win, "window"),
+		AckWait:       name(fmt.Sprintf("the %s's LockDuration", receiver), "ack_wait"),
+		MaxDeliveries: name(fmt.Sprintf("the %s's MaxDeliveryCount", receiver), "max_deliveries"),
+	}
+}
+
+// sendKind is "queue" or "topic": the kind of entity messages are sent to.
+func (e Entity) sendKind() string {
+	if e.Queue != "" {
+		return "queue"
+	}
+	return "topic"
 }

@@ -111,11 +111,17 @@ func (s *Subscription) Redelivery(ctx context.Context) (window.RedeliveryPolicy,
 	if err != nil {
 		return window.RedeliveryPolicy{}, err
 	}
+	return redeliveryOf(p), nil
+}
+
+// redeliveryOf is the redelivery policy the properties give; see
+// Subscription.Redelivery.
+func redeliveryOf(p EntityProperties) window.RedeliveryPolicy {
 	r := window.RedeliveryPolicy{MaxDeliveries: p.MaxDeliveryCount, AckWait: p.LockDuration}
 	if p.LockDuration > 0 {
 		r.Backoff = []time.Duration{p.LockDuration}
 	}
-	return r, nil
+	return r
 }
 
 // Receive blocks until at least one message is available and returns up to

@@ -32,9 +32,12 @@ func TestWindowCheck(t *testing.T) {
 		{"fits the configured 10-minute window", 10 * time.Minute, nil},
 		{"refused on a 1-minute entity", time.Minute, []string{
 			"dedupq: unsafe publisher retry policy: worst-case span 5m1s",
-			"exceeds the broker window 1m0s less a 20% safety margin = 48s",
-			"servicebus dedup window 1m0s (configured on the entity, discovered from the broker, scope queue ",
-			"fix: declare consumer-side dedup with TTL ≥ 6m17s",
+			"exceeds the broker window 1m less a 20% safety margin = 48s",
+			"servicebus dedup window 1m (configured on the entity, discovered from the broker, scope queue ",
+			"; fix: lower PublisherOptions.Retry.AttemptTimeout from 45s to 2s" +
+				", or raise the queue's DuplicateDetectionHistoryTimeWindow from 1m to ≥ 6m17s" +
+				", or declare consumer-side dedup: set PublisherOptions.ConsumerDedupTTL to ≥ 6m17s, and ConsumerOptions.PublisherSpan to 5m1s on the consumers, whose TTL must also cover their redelivery span" +
+				", or set PublisherOptions.Retry.MaxAttempts to 1 (no retries)",
 		}},
 	}
 	for _, tc := range cases {

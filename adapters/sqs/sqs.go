@@ -151,6 +151,12 @@ func (q QueueInfo) Window() window.Window {
 	return window.Window{
 		Backend: Backend, Duration: DedupWindow, Kind: window.KindFixed,
 		Source: window.SourceDiscovered, Scope: scope,
+		// The window is fixed by AWS: no setting changes it.
+		Settings: window.Settings{
+			AckWait:       "the visibility timeout (the queue's VisibilityTimeout, or Options.VisibilityTimeout, URL parameter ack_wait, which overrides it)",
+			MaxDeliveries: "the maxReceiveCount of the queue's redrive policy",
+			Backoff:       "Options.NackBackoff (URL parameter backoff)",
+		},
 	}
 }
 

@@ -161,7 +161,8 @@ func TestQueueAttributesShapeWindowLimitsRedelivery(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			want := window.Window{Backend: "sqs", Duration: 5 * time.Minute, Kind: window.KindFixed, Source: window.SourceDiscovered, Scope: tc.scope}
+			want := window.Window{Backend: "sqs", Duration: 5 * time.Minute, Kind: window.KindFixed, Source: window.SourceDiscovered, Scope: tc.scope,
+				Settings: sqs.QueueInfo{}.Window().Settings}
 			if w != want {
 				t.Errorf("Window = %+v, want %+v", w, want)
 			}

@@ -244,12 +244,12 @@ func openPublisher(ctx context.Context, out io.Writer, rawURL string, consumerDe
 // openConsumer runs the handler behind an in-memory dedup guard, if the
 // broker bounds its redelivery so that the guard's TTL provably covers it;
 // otherwise it says why and consumes without the guard.
-func openConsumer(ctx context.Context, out io.Writer, rawURL string, producerSpan time.Duration) (*dedupq.Consumer, *dedup.Guard, error) {
+func openConsumer(ctx context.Context, out io.Writer, rawURL string, publisherSpan time.Duration) (*dedupq.Consumer, *dedup.Guard, error) {
 	guard, err := dedup.NewGuard(dedup.GuardOptions{Store: memstore.New(nil), TTL: dedupTTL})
 	if err != nil {
 		return nil, nil, err
 	}
-	con, err := dedupq.OpenConsumer(ctx, rawURL, dedupq.ConsumerOptions{Dedup: guard, ProducerSpan: producerSpan, Concurrency: 4})
+	con, err := dedupq.OpenConsumer(ctx, rawURL, dedupq.ConsumerOptions{Dedup: guard, PublisherSpan: publisherSpan, Concurrency: 4})
 	if errors.Is(err, window.ErrUnsafeRetry) {
 		fmt.Fprintln(out, "2. consumer check refused the dedup guard:", err)
 		fmt.Fprintln(out, "-> consuming without the dedup guard")

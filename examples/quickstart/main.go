@@ -83,7 +83,7 @@ func run(out *os.File) error {
 		return err
 	}
 	con, err := dedupq.NewConsumer(ctx, broker.Subscription("orders"), dedupq.ConsumerOptions{
-		Concurrency: 8, Dedup: guard, ProducerSpan: pub.RetryPolicy().Span(),
+		Concurrency: 8, Dedup: guard, PublisherSpan: pub.RetryPolicy().Span(),
 		Logger: slog.New(slog.DiscardHandler),
 	})
 	if err != nil {

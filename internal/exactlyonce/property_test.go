@@ -134,9 +134,9 @@ func genPlan(r *rand.Rand) plan {
 	default:
 		p.declaredTTL = ms(r, time.Millisecond, p.ttl)
 	}
-	p.producerSpan = span
+	p.publisherSpan = span
 	if r.IntN(8) == 0 && span < window.Forever {
-		p.producerSpan = span + ms(r, 0, time.Minute)
+		p.publisherSpan = span + ms(r, 0, time.Minute)
 	}
 	return p
 }
@@ -164,7 +164,7 @@ func checks(p plan) (pub, con error) {
 		return err, err
 	}
 	pub = window.CheckPublisher(window.PublisherPlan{Retry: p.retry, Window: w, DedupTTL: p.declaredTTL, Margin: p.margin})
-	con = window.CheckConsumer(window.ConsumerPlan{Redelivery: red, Window: w, DedupTTL: p.ttl, ProducerSpan: p.producerSpan, Margin: p.margin})
+	con = window.CheckConsumer(window.ConsumerPlan{Redelivery: red, Window: w, DedupTTL: p.ttl, PublisherSpan: p.publisherSpan, Margin: p.margin})
 	return pub, con
 }
 
@@ -207,7 +207,7 @@ func explore(r *rand.Rand, p plan, tl *tally) (kind, msg string) {
 		return "", ""
 	}
 	tl.refused++
-	exact := p.producerSpan == copySpan(p.retry) && (p.declaredTTL == 0 || p.declaredTTL == p.ttl)
+	exact := p.publisherSpan == copySpan(p.retry) && (p.declaredTTL == 0 || p.declaredTTL == p.ttl)
 	if p.margin >= 0 || !exact {
 		return "", ""
 	}
@@ -331,7 +331,7 @@ func FuzzStartupCheck(f *testing.F) {
 
 // Issue 9, defect 1, on the mem broker through the public API: window 5m,
 // AckWait 30s, MaxDeliveries 3; a publisher with 2 attempts 9m apart (span
-// 10m) declaring ConsumerDedupTTL 13m; a consumer with ProducerSpan 10m and
+// 10m) declaring ConsumerDedupTTL 13m; a consumer with PublisherSpan 10m and
 // a Guard TTL of 8m12s. NewConsumer must refuse, and the schedule the
 // refusal is about must really run the effect twice.
 func TestIssue9Defect1(t *testing.T) {
@@ -353,10 +353,10 @@ func TestIssue9Defect1(t *testing.T) {
 	}
 	sub := b.Subscription(queueName)
 	defer sub.Close()
-	con, err := dedupq.NewConsumer(ctx, sub, dedupq.ConsumerOptions{Dedup: guard, ProducerSpan: retry.Span(), Clock: clk})
+	con, err := dedupq.NewConsumer(ctx, sub, dedupq.ConsumerOptions{Dedup: guard, PublisherSpan: retry.Span(), Clock: clk})
 	if err == nil {
 		con.Close()
-		t.Fatal("NewConsumer accepted a Guard TTL of 8m12s for a 10m producer span over a 5m window and 1m30s of redelivery")
+		t.Fatal("NewConsumer accepted a Guard TTL of 8m12s for a 10m publisher span over a 5m window and 1m30s of redelivery")
 	}
 	var ue *window.UnsafeRetryError
 	if !errors.As(err, &ue) || ue.Span != 11*time.Minute+30*time.Second {
@@ -367,7 +367,7 @@ func TestIssue9Defect1(t *testing.T) {
 	p := plan{
 		window: 5 * time.Minute, retry: retry,
 		redelivery: window.RedeliveryPolicy{MaxDeliveries: 3, AckWait: 30 * time.Second},
-		ttl:        8*time.Minute + 12*time.Second, declaredTTL: 13 * time.Minute, producerSpan: retry.Span(),
+		ttl:        8*time.Minute + 12*time.Second, declaredTTL: 13 * time.Minute, publisherSpan: retry.Span(),
 		margin: window.DefaultMargin, mode: modeGuard,
 	}
 	out := run(p, adversary{})

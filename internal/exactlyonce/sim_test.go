@@ -46,22 +46,22 @@ import (
 
 // plan is one configuration of publisher, broker and consumer, with what
 // each side declares about the other. Declarations are truthful: the
-// consumer's ProducerSpan is at least the publisher's span and its TTL at
+// consumer's PublisherSpan is at least the publisher's span and its TTL at
 // least the publisher's ConsumerDedupTTL.
 type plan struct {
-	window       time.Duration // broker dedup window; 0 means none
-	retry        window.RetryPolicy
-	redelivery   window.RedeliveryPolicy
-	ttl          time.Duration // the consumer's dedup TTL
-	declaredTTL  time.Duration // the publisher's ConsumerDedupTTL; 0: none declared
-	producerSpan time.Duration // the consumer's ProducerSpan
-	margin       float64       // both sides' Margin
-	mode         mode
+	window        time.Duration // broker dedup window; 0 means none
+	retry         window.RetryPolicy
+	redelivery    window.RedeliveryPolicy
+	ttl           time.Duration // the consumer's dedup TTL
+	declaredTTL   time.Duration // the publisher's ConsumerDedupTTL; 0: none declared
+	publisherSpan time.Duration // the consumer's PublisherSpan
+	margin        float64       // both sides' Margin
+	mode          mode
 }
 
 func (p plan) String() string {
-	return fmt.Sprintf("window %s, retry %+v (span %s), redelivery %v (span %s), ttl %s, declared ttl %s, producer span %s, margin %v, %s",
-		p.window, p.retry, fmtSpan(p.retry.Span()), p.redelivery, fmtSpan(p.redelivery.Span()), p.ttl, p.declaredTTL, fmtSpan(p.producerSpan), p.margin, p.mode)
+	return fmt.Sprintf("window %s, retry %+v (span %s), redelivery %v (span %s), ttl %s, declared ttl %s, publisher span %s, margin %v, %s",
+		p.window, p.retry, fmtSpan(p.retry.Span()), p.redelivery, fmtSpan(p.redelivery.Span()), p.ttl, p.declaredTTL, fmtSpan(p.publisherSpan), p.margin, p.mode)
 }
 
 func fmtSpan(d time.Duration) string {
