@@ -87,7 +87,7 @@ func (d ttlDedup) TTL() time.Duration                   { return time.Duration(d
 func TestConsumerFixesNameSubscriptionSettings(t *testing.T) {
 	srv := pstestServer()
 	c := srv.client(t)
-	const ackWait = "the ack deadline (the subscription's, or Options.AckExtension, URL parameter ack_extension, which overrides it)"
+	const ackWait = "the ack deadline (the subscription's, or Options.AckExtension, URL parameter ack_wait, which overrides it)"
 	for _, tc := range []struct {
 		name string
 		cfg  subConfig

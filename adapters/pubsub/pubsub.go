@@ -256,7 +256,7 @@ func noWindow(topic string) window.Window {
 		Backend: Backend, Kind: window.KindNone, Source: window.SourceDocumented,
 		Scope: "topic " + topic,
 		Settings: window.Settings{
-			AckWait:       "the ack deadline (the subscription's, or Options.AckExtension, URL parameter ack_extension, which overrides it)",
+			AckWait:       "the ack deadline (the subscription's, or Options.AckExtension, URL parameter ack_wait, which overrides it)",
 			MaxDeliveries: "the max_delivery_attempts of the subscription's dead-letter policy",
 		},
 	}

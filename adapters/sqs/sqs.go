@@ -154,7 +154,7 @@ func (q QueueInfo) Window() window.Window {
 		// The window is fixed by AWS: no setting changes it.
 		Settings: window.Settings{
 			AckWait:       "the visibility timeout (the queue's VisibilityTimeout, or Options.VisibilityTimeout, URL parameter ack_wait, which overrides it)",
-			MaxDeliveries: "the maxReceiveCount of the queue's redrive policy",
+			MaxDeliveries: "the maxReceiveCount of the queue's redrive policy (URL parameter max_deliveries when create=true makes the queue)",
 			Backoff:       "Options.NackBackoff (URL parameter backoff)",
 		},
 	}

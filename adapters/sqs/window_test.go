@@ -113,10 +113,10 @@ func TestConsumerCheckUsesQueueRedelivery(t *testing.T) {
 		{"TTL covers 5 × 60s", map[string]string{"VisibilityTimeout": "60", "RedrivePolicy": redrive}, 10 * time.Minute, ""},
 		{"TTL too short for 5 × 60s", map[string]string{"VisibilityTimeout": "60", "RedrivePolicy": redrive}, 5 * time.Minute,
 			"fix: raise the TTL of ConsumerOptions.Dedup (dedup.GuardOptions.TTL, pgstore.TxGuardOptions.TTL) from 5m to ≥ 6m15s" +
-				", or lower the maxReceiveCount of the queue's redrive policy from 5 to 4" +
+				", or lower the maxReceiveCount of the queue's redrive policy (URL parameter max_deliveries when create=true makes the queue) from 5 to 4" +
 				", or lower the visibility timeout (the queue's VisibilityTimeout, or Options.VisibilityTimeout, URL parameter ack_wait, which overrides it) from 1m to 48s"},
 		{"no redrive policy: unlimited", map[string]string{"VisibilityTimeout": "60"}, 24 * time.Hour,
-			"fix: set the maxReceiveCount of the queue's redrive policy to at most 1000 (deliveries are unlimited now)"},
+			"fix: set the maxReceiveCount of the queue's redrive policy (URL parameter max_deliveries when create=true makes the queue) to at most 1000 (deliveries are unlimited now)"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			url, _ := newQueue(t, c, tc.attrs)
