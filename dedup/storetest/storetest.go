@@ -89,8 +89,10 @@ func Run(t *testing.T, newStore func(t *testing.T) dedup.Store, opts ...Option) 
 		// that no real delay could ever lapse them by accident.
 		cfg.lease, cfg.ttl, cfg.skew = time.Minute, time.Hour, 0
 	}
-	// Cases that do not test expiry claim for much longer than the lease,
-	// so that a slow machine cannot lapse a claim under them.
+	// Cases that do not test expiry claim and complete for much longer
+	// than the lease and TTL, so that a slow machine cannot lapse a claim
+	// or a completion under them (a completion that lapsed while 64
+	// deliveries still looked at it let one run the handler again).
 	cfg.hold = max(20*cfg.lease, 30*time.Second)
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -228,7 +230,7 @@ var ops = []struct {
 }{
 	{"Extend", func(h *harness, key, token string) error { return h.s.Extend(h.ctx, key, token, h.cfg.lease) }},
 	{"Complete", func(h *harness, key, token string) error {
-		return h.s.Complete(h.ctx, key, token, h.cfg.ttl, []byte("zombie"))
+		return h.s.Complete(h.ctx, key, token, h.cfg.hold, []byte("zombie"))
 	}},
 	{"Release", func(h *harness, key, token string) error { return h.s.Release(h.ctx, key, token) }},
 }
@@ -269,7 +271,7 @@ var cases = []testCase{
 		} {
 			k := h.key()
 			a := h.acquire(k, "fp-x")
-			h.noErr(tc.name+": Complete", h.s.Complete(h.ctx, k, a.Token, h.cfg.ttl, tc.result))
+			h.noErr(tc.name+": Complete", h.s.Complete(h.ctx, k, a.Token, h.cfg.hold, tc.result))
 			for _, fp := range []string{"fp-x", "fp-y"} {
 				c := h.want(k, fp, dedup.Completed, "fp-x")
 				if !bytes.Equal(c.Result, tc.result) {
@@ -288,7 +290,7 @@ var cases = []testCase{
 		}
 		h.want(k, "fp-3", dedup.InProgress, "fp-2")
 		// The old token no longer owns anything.
-		h.wantErr("Complete with the released token", h.s.Complete(h.ctx, k, a.Token, h.cfg.ttl, nil), dedup.ErrLeaseLost)
+		h.wantErr("Complete with the released token", h.s.Complete(h.ctx, k, a.Token, h.cfg.hold, nil), dedup.ErrLeaseLost)
 		h.want(k, "fp-3", dedup.InProgress, "fp-2")
 	}},
 	{"WrongTokenChangesNothing", func(h *harness) {
@@ -298,7 +300,7 @@ var cases = []testCase{
 			other := h.acquire(h.key(), "fp-holder") // a real token, for another key
 			h.wantErr(op.name+" with another key's token", op.call(h, k, other.Token), dedup.ErrLeaseLost)
 			h.want(k, "fp-new", dedup.InProgress, "fp-holder")
-			h.noErr("Complete by the holder", h.s.Complete(h.ctx, k, a.Token, h.cfg.ttl, nil))
+			h.noErr("Complete by the holder", h.s.Complete(h.ctx, k, a.Token, h.cfg.hold, nil))
 			h.want(k, "fp-new", dedup.Completed, "fp-holder")
 		}
 	}},
@@ -329,7 +331,7 @@ var cases = []testCase{
 				h.Fatalf("Claim %s after an Extend = %s with fingerprint %q, want in progress with %q",
 					h.cfg.lease*6/10, c.State, c.Fingerprint, "fp")
 			}
-			h.noErr("Complete", h.s.Complete(h.ctx, k, a.Token, h.cfg.ttl, nil))
+			h.noErr("Complete", h.s.Complete(h.ctx, k, a.Token, h.cfg.hold, nil))
 			h.want(k, "fp-2", dedup.Completed, "fp")
 			return
 		}
@@ -346,7 +348,7 @@ var cases = []testCase{
 			// new holder's record.
 			h.wantErr("first holder's "+op.name+" after takeover", op.call(h, k, a.Token), dedup.ErrLeaseLost)
 			h.want(k, "fp-c", dedup.InProgress, "fp-b")
-			h.noErr("Complete by the new holder", h.s.Complete(h.ctx, k, b.Token, h.cfg.ttl, []byte("b")))
+			h.noErr("Complete by the new holder", h.s.Complete(h.ctx, k, b.Token, h.cfg.hold, []byte("b")))
 			c := h.want(k, "fp-c", dedup.Completed, "fp-b")
 			if string(c.Result) != "b" {
 				h.Fatalf("Result = %q, want the new holder's %q", c.Result, "b")
@@ -361,7 +363,7 @@ var cases = []testCase{
 		}{
 			{"Extend", func(h *harness, key, token string) error { return h.s.Extend(h.ctx, key, token, h.cfg.hold) }, dedup.InProgress},
 			{"Complete", func(h *harness, key, token string) error {
-				return h.s.Complete(h.ctx, key, token, h.cfg.ttl, []byte("late"))
+				return h.s.Complete(h.ctx, key, token, h.cfg.hold, []byte("late"))
 			}, dedup.Completed},
 		} {
 			k := h.key()
@@ -458,7 +460,7 @@ var cases = []testCase{
 					case dedup.Acquired:
 						runs.Add(1)
 						t1 := time.Now()
-						err := h.s.Complete(h.ctx, k, c.Token, h.cfg.ttl, nil)
+						err := h.s.Complete(h.ctx, k, c.Token, h.cfg.hold, nil)
 						if err != nil {
 							errs <- err
 						}
