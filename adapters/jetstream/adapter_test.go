@@ -688,7 +688,7 @@ func TestEndToEndEffectsOnce(t *testing.T) {
 		if err != nil {
 			t.Fatalf("OpenConsumer(%s): %v", raw, err)
 		}
-		defer con.Close()
+		defer con.Close(ctx)
 		var mu sync.Mutex
 		effects := map[string]int{}
 		done := make(chan struct{})

@@ -323,7 +323,7 @@ func BenchmarkConsume(b *testing.B) {
 			if err != nil {
 				b.Fatal(err)
 			}
-			defer con.Close()
+			defer con.Close(context.Background())
 			ctx, cancel := context.WithCancel(context.Background())
 			defer cancel()
 			// Counted per message, as the raw loops do: a redelivery

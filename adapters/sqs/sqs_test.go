@@ -240,7 +240,7 @@ func TestRoundTrip(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer con.Close()
+	defer con.Close(t.Context())
 	var mu sync.Mutex
 	got := map[string][]dedupq.Delivery{}
 	all := make(chan struct{})
