@@ -471,7 +471,7 @@ func TestCreateRemovesItsDeadLetterQueue(t *testing.T) {
 				}
 			}
 			api := failingCreate{Client: c, name: name}
-			tp, err := sqs.OpenTopic(ctxFor(t, 10*time.Second), api, name, &sqs.Options{Create: true})
+			tp, err := sqs.OpenTopicAPI(ctxFor(t, 10*time.Second), api, name, &sqs.Options{Create: true})
 			if err != nil {
 				t.Fatalf("OpenTopic: %v", err)
 			}
@@ -580,7 +580,7 @@ func TestCreateRace(t *testing.T) {
 			name := freshName(t, c)
 			api := racingCreate{Client: c, name: name, attrs: tc.attrs}
 			ctx := ctxFor(t, 10*time.Second)
-			sub, err := sqs.OpenSubscription(ctx, api, name, &sqs.Options{Create: true})
+			sub, err := sqs.OpenSubscriptionAPI(ctx, api, name, &sqs.Options{Create: true})
 			if err != nil {
 				t.Fatalf("OpenSubscription: %v", err)
 			}
