@@ -15,8 +15,9 @@ import (
 )
 
 // ErrShutdownTimeout is the cause of a handler's context cancellation when
-// the handler outlives ConsumerOptions.ShutdownTimeout after Run's context
-// was done. Its delivery is nacked, so it is not lost.
+// the handler outlives the graceful drain: ConsumerOptions.ShutdownTimeout
+// after Run's context was done or Close was called, or Close's context
+// ending first. Its delivery is nacked, so it is not lost.
 var ErrShutdownTimeout = errors.New("dedupq: shutdown timeout: handler cancelled")
 
 // ConsumerOptions configure a Consumer. The zero value is usable.
@@ -40,8 +41,9 @@ type ConsumerOptions struct {
 	// means window.DefaultMargin, negative means none.
 	Margin float64
 	// ShutdownTimeout bounds how long in-flight handlers may keep running
-	// once Run's context is done; then their contexts are cancelled with
-	// ErrShutdownTimeout. 0 means 30s.
+	// once Run's context is done or Close is called; then their contexts
+	// are cancelled with ErrShutdownTimeout. Close's context can end the
+	// drain sooner, never later. 0 means 30s.
 	ShutdownTimeout time.Duration
 	// SettleTimeout bounds each ack, nack or terminate call, including its
 	// retries. 0 means 10s.
@@ -63,9 +65,18 @@ type Consumer struct {
 	win        window.Window
 	redelivery window.RedeliveryPolicy
 
-	mu      sync.Mutex
-	running bool
-	closed  bool
+	mu     sync.Mutex
+	active *activeRun // nil when Run is not running
+	closed bool
+}
+
+// activeRun is what Close needs to stop a running Run and wait for it.
+type activeRun struct {
+	stop           context.CancelFunc      // stops fetching: the drain starts
+	cancelHandlers context.CancelCauseFunc // ends the drain
+	done           chan struct{}           // closed when every handler has settled (and, after Close, the driver is closed)
+	closeErr       error                   // the driver's Close error; read after done
+	abandoned      bool                    // Close stopped waiting; guarded by Consumer.mu
 }
 
 // NewConsumer wraps a driver subscription. It reads the window and the
@@ -138,36 +149,39 @@ func (c *Consumer) Window() window.Window { return c.win }
 // Redelivery is the broker's redelivery policy, as read at construction.
 func (c *Consumer) Redelivery() window.RedeliveryPolicy { return c.redelivery }
 
-// Run receives and handles deliveries until ctx is done or receiving fails
-// for good. A broker that goes away and comes back (a restart, a network
-// cut) does not end Run: receive errors the driver calls retryable are
-// retried for as long as they last, with capped backoff, logged when the
-// outage starts, every minute while it lasts and when it ends. On ctx done it stops fetching, lets in-flight handlers finish
-// (up to ShutdownTimeout), settles them, and returns nil. Only one Run may
-// be active at a time.
+// Run receives and handles deliveries until ctx is done, Close is called,
+// or receiving fails for good. A broker that goes away and comes back (a
+// restart, a network cut) does not end Run: receive errors the driver calls
+// retryable are retried for as long as they last, with capped backoff,
+// logged when the outage starts, every minute while it lasts and when it
+// ends. On ctx done or Close it stops fetching, lets in-flight handlers
+// finish (the drain: see ShutdownTimeout and Close), settles them, and
+// returns nil. Only one Run may be active at a time.
 func (c *Consumer) Run(ctx context.Context, h Handler) error {
+	// Handlers outlive ctx by design: the drain lets them finish.
+	hctx, cancelHandlers := context.WithCancelCause(context.WithoutCancel(ctx))
+	defer cancelHandlers(nil)
+	rctx, stop := context.WithCancel(ctx)
+	defer stop()
+	run := &activeRun{stop: stop, cancelHandlers: cancelHandlers, done: make(chan struct{})}
 	c.mu.Lock()
 	switch {
 	case c.closed:
 		c.mu.Unlock()
 		return ErrClosed
-	case c.running:
+	case c.active != nil:
 		c.mu.Unlock()
 		return errors.New("dedupq: Consumer.Run is already running")
 	}
-	c.running = true
+	c.active = run
 	c.mu.Unlock()
-	defer func() { c.mu.Lock(); c.running = false; c.mu.Unlock() }()
 
 	if c.opts.Dedup != nil {
 		h = c.opts.Dedup.Wrap(h)
 	}
-	// Handlers outlive ctx by design: shutdown lets them finish.
-	hctx, cancelHandlers := context.WithCancelCause(context.WithoutCancel(ctx))
-	defer cancelHandlers(nil)
 	var wg sync.WaitGroup
 	drained := make(chan struct{})
-	stopWatch := context.AfterFunc(ctx, func() {
+	stopWatch := context.AfterFunc(rctx, func() {
 		if clock.Sleep(c.clock, c.opts.ShutdownTimeout, drained) {
 			cancelHandlers(ErrShutdownTimeout)
 		}
@@ -175,7 +189,7 @@ func (c *Consumer) Run(ctx context.Context, h Handler) error {
 	defer stopWatch()
 
 	slots := make(chan struct{}, c.opts.Concurrency)
-	err := c.receiveLoop(ctx, slots, func(d *driver.Delivery) {
+	err := c.receiveLoop(rctx, slots, func(d *driver.Delivery) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -185,7 +199,30 @@ func (c *Consumer) Run(ctx context.Context, h Handler) error {
 	})
 	wg.Wait()
 	close(drained)
+	c.finish(run)
 	return err
+}
+
+// finish ends run once its handlers have settled: it closes the driver if
+// Close was called meanwhile (Close left that to Run so that no settle
+// races the driver's Close) and wakes Close.
+func (c *Consumer) finish(run *activeRun) {
+	c.mu.Lock()
+	c.active = nil
+	closing := c.closed
+	c.mu.Unlock()
+	var closeErr error
+	if closing {
+		closeErr = c.sub.Close()
+	}
+	c.mu.Lock()
+	run.closeErr = closeErr
+	close(run.done)
+	abandoned := run.abandoned
+	c.mu.Unlock()
+	if abandoned && closeErr != nil {
+		c.log.Warn("dedupq: closing the subscription after the last handler failed", "err", closeErr)
+	}
 }
 
 // Receive retries. A broker that goes away and comes back (a restart, a
@@ -376,16 +413,48 @@ func safeCall(ctx context.Context, h Handler, d *Delivery) (err error) {
 	return h(ctx, d)
 }
 
-// Close releases the driver. Call it after Run has returned.
-func (c *Consumer) Close() error {
+// Close stops Run, if it is running, as cancelling its context would, and
+// releases the driver. Run and Close called later fail with ErrClosed.
+//
+// ctx bounds the graceful drain: in-flight handlers may finish until ctx is
+// done or ShutdownTimeout has passed since the stop, whichever comes first;
+// then the handlers still running are cancelled with ErrShutdownTimeout, as
+// Run's own shutdown does, and their deliveries are nacked as they return.
+// Close waits for them to return and settle, at most SettleTimeout more,
+// so that their nacks reach the broker before the driver closes; a handler
+// that ignores its context past that makes Close return an error wrapping
+// ctx's, and the driver is closed once the last handler has settled. Acks
+// made before Close are never undone. A done ctx skips the graceful part:
+// handlers are cancelled at once.
+//
+// Close must not be called from a handler: it waits for the handlers.
+func (c *Consumer) Close(ctx context.Context) error {
 	c.mu.Lock()
-	defer c.mu.Unlock()
 	if c.closed {
+		c.mu.Unlock()
 		return ErrClosed
 	}
-	if c.running {
-		return errors.New("dedupq: Consumer.Close called while Run is running; cancel Run's context first")
-	}
 	c.closed = true
-	return c.sub.Close()
+	run := c.active
+	c.mu.Unlock()
+	if run == nil {
+		return c.sub.Close()
+	}
+	run.stop()
+	select {
+	case <-run.done:
+		return run.closeErr
+	case <-ctx.Done():
+	}
+	run.cancelHandlers(ErrShutdownTimeout)
+	clock.Sleep(c.clock, c.opts.SettleTimeout, run.done)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	select {
+	case <-run.done:
+		return run.closeErr
+	default:
+		run.abandoned = true
+		return fmt.Errorf("dedupq: Consumer.Close: handlers still running %s after their cancellation (%w); the subscription closes when the last has settled", c.opts.SettleTimeout, ctx.Err())
+	}
 }

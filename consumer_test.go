@@ -26,7 +26,8 @@ type chanSub struct {
 	extends    map[string]int
 	ackErrs    int // fail this many acks with a retryable error first
 	recvErr    error
-	recvFails  int // fail this many receives with a retryable error first
+	recvFails  int      // fail this many receives with a retryable error first
+	events     []string // settlements and closes, in order
 }
 
 func newChanSub() *chanSub {
@@ -64,6 +65,13 @@ func (s *chanSub) record(d *driver.Delivery, what string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.settled[d.Message.ID] = what
+	s.events = append(s.events, d.Message.ID+" "+what)
+}
+
+func (s *chanSub) log() []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]string(nil), s.events...)
 }
 
 func (s *chanSub) get(id string) string {
@@ -108,7 +116,12 @@ func (s *chanSub) Redelivery(context.Context) (window.RedeliveryPolicy, error) {
 	return s.redelivery, nil
 }
 func (s *chanSub) IsRetryable(err error) bool { return errors.Is(err, errUnavailable) }
-func (s *chanSub) Close() error               { return nil }
+func (s *chanSub) Close() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.events = append(s.events, "close")
+	return nil
+}
 
 // runConsumer starts Run and returns a stop func that cancels it and
 // returns Run's error.
@@ -216,6 +229,157 @@ func TestShutdownTimeoutCancelsHandler(t *testing.T) {
 	}
 	if got := sub.get("a"); got != "nack 7s" {
 		t.Fatalf("settled = %q, want the cancelled handler's delivery nacked", got)
+	}
+}
+
+// TestCloseStopsRunAndDrains checks that Close stops a running Run, that
+// its ctx bounds the graceful drain (ShutdownTimeout, an hour on a fake
+// clock that is never advanced for it, cannot be what ends it), that what
+// was acked stays acked, and that the driver is closed only after the last
+// settlement.
+func TestCloseStopsRunAndDrains(t *testing.T) {
+	background := func() (context.Context, context.CancelFunc) { return context.WithCancel(context.Background()) }
+	cancelled := func() (context.Context, context.CancelFunc) {
+		ctx, cancel := context.WithCancel(context.Background())
+		cancel()
+		return ctx, cancel
+	}
+	tests := []struct {
+		name     string
+		closeCtx func() (context.Context, context.CancelFunc)
+		obeys    bool   // the in-flight handler returns when its context is cancelled
+		wantSlow string // how the in-flight delivery is settled
+		wantErr  error  // what Close's error matches; nil for none
+	}{
+		{"live ctx lets the handler finish", background, true, "ack", nil},
+		{"cancelled ctx cancels the handler at once", cancelled, true, "nack 7s", nil},
+		{"handler ignoring cancellation outlives Close", cancelled, false, "ack", context.Canceled},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			fake := clock.NewFake(time.Unix(0, 0))
+			sub := newChanSub()
+			c, err := NewConsumer(context.Background(), sub, ConsumerOptions{Concurrency: 2, ShutdownTimeout: time.Hour, Clock: fake})
+			if err != nil {
+				t.Fatal(err)
+			}
+			started, release := make(chan struct{}), make(chan struct{})
+			var cause error
+			ran := make(chan error, 1)
+			go func() {
+				ran <- c.Run(context.Background(), func(ctx context.Context, d *Delivery) error {
+					if d.Message.ID == "fast" {
+						return nil
+					}
+					close(started)
+					if !tt.obeys {
+						<-release
+						return nil
+					}
+					select {
+					case <-ctx.Done():
+						cause = context.Cause(ctx)
+						return cause
+					case <-release:
+						return nil
+					}
+				})
+			}()
+			sub.push("fast", 0)
+			testutil.WaitFor(t, func() bool { return sub.get("fast") == "ack" })
+			sub.push("slow", 0)
+			<-started
+
+			ctx, cancel := tt.closeCtx()
+			defer cancel()
+			closed := make(chan error, 1)
+			go func() { closed <- c.Close(ctx) }()
+			// Close has begun: whatever the handler does now happens
+			// during the drain.
+			testutil.WaitFor(t, func() bool { c.mu.Lock(); defer c.mu.Unlock(); return c.closed })
+			if tt.wantSlow == "ack" && tt.obeys {
+				close(release)
+			}
+			if !tt.obeys {
+				// Close's wait for the cancelled handler, beside the
+				// ShutdownTimeout watch.
+				testutil.WaitFor(t, func() bool { return fake.Waiters() == 2 })
+				fake.Advance(c.opts.SettleTimeout)
+			}
+			if err = within(t, closed, "Close"); !errors.Is(err, tt.wantErr) || (tt.wantErr == nil) != (err == nil) {
+				t.Fatalf("Close = %v, want %v", err, tt.wantErr)
+			}
+			if !tt.obeys {
+				if got := sub.log(); len(got) != 1 {
+					t.Fatalf("events before the handler returned = %q, want only the fast ack", got)
+				}
+				close(release)
+			}
+			if err := within(t, ran, "Run"); err != nil {
+				t.Fatalf("Run = %v, want nil", err)
+			}
+			want := []string{"fast ack", "slow " + tt.wantSlow, "close"}
+			if got := sub.log(); fmt.Sprint(got) != fmt.Sprint(want) {
+				t.Fatalf("events = %q, want %q", got, want)
+			}
+			if tt.wantSlow != "ack" && !errors.Is(cause, ErrShutdownTimeout) {
+				t.Fatalf("handler's cancellation cause = %v, want ErrShutdownTimeout", cause)
+			}
+			if err := c.Run(context.Background(), nil); !errors.Is(err, ErrClosed) {
+				t.Fatalf("Run after Close = %v, want ErrClosed", err)
+			}
+			if err := c.Close(context.Background()); !errors.Is(err, ErrClosed) {
+				t.Fatalf("second Close = %v, want ErrClosed", err)
+			}
+		})
+	}
+}
+
+// within receives from ch, failing t if nothing comes within 10s: what
+// the Consumer waits for here is all in memory, so 10s means a hang.
+func within[T any](t *testing.T, ch <-chan T, what string) T {
+	t.Helper()
+	select {
+	case v := <-ch:
+		return v
+	case <-time.After(10 * time.Second):
+		t.Fatalf("%s did not return within 10s", what)
+		panic("unreachable")
+	}
+}
+
+// TestCloseWithoutHandlers checks Close on a Consumer that is not running
+// and on one whose Run waits for deliveries: neither has anything to drain,
+// so even a done ctx closes the driver and reports success.
+func TestCloseWithoutHandlers(t *testing.T) {
+	for _, running := range []bool{false, true} {
+		t.Run(fmt.Sprintf("running=%v", running), func(t *testing.T) {
+			sub := newChanSub()
+			c, err := NewConsumer(context.Background(), sub, ConsumerOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			ran := make(chan error, 1)
+			if running {
+				go func() { ran <- c.Run(context.Background(), func(context.Context, *Delivery) error { return nil }) }()
+				testutil.WaitFor(t, func() bool { c.mu.Lock(); defer c.mu.Unlock(); return c.active != nil })
+			} else {
+				ran <- nil
+			}
+			ctx, cancel := context.WithCancel(context.Background())
+			cancel()
+			closed := make(chan error, 1)
+			go func() { closed <- c.Close(ctx) }()
+			if err := within(t, closed, "Close"); err != nil {
+				t.Fatalf("Close = %v, want nil", err)
+			}
+			if err := within(t, ran, "Run"); err != nil {
+				t.Fatalf("Run = %v, want nil", err)
+			}
+			if got := sub.log(); fmt.Sprint(got) != "[close]" {
+				t.Fatalf("events = %q, want one close", got)
+			}
+		})
 	}
 }
 

@@ -80,7 +80,7 @@ func ExampleConsumer_Run() {
 	}()
 	fmt.Println(<-seen, <-seen)
 	stop()
-	fmt.Println(<-done, con.Close(), len(seen))
+	fmt.Println(<-done, con.Close(context.Background()), len(seen))
 	// Output:
 	// a b
 	// <nil> <nil> 0

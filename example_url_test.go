@@ -81,7 +81,7 @@ func ExampleOpenConsumer() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	defer con.Close()
+	defer con.Close(ctx)
 	fmt.Println(con.Redelivery())
 
 	runCtx, stop := context.WithCancel(ctx)

@@ -103,7 +103,7 @@ func TestProvisionOnlyAfterTheCheck(t *testing.T) {
 			if tc.consumer {
 				var c *dedupq.Consumer
 				if c, err = dedupq.NewConsumer(t.Context(), planSub{b.Subscription("q"), &p}, dedupq.ConsumerOptions{Dedup: guard}); err == nil {
-					defer c.Close()
+					defer c.Close(t.Context())
 				}
 			} else {
 				var pub *dedupq.Publisher

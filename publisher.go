@@ -53,7 +53,10 @@ type Publisher struct {
 	mu     sync.Mutex
 	win    window.Window
 	closed bool
-	wg     sync.WaitGroup
+	// inflight counts PublishBatch calls in progress; idle, made by Close
+	// while some are, is closed by the last of them to return.
+	inflight int
+	idle     chan struct{}
 }
 
 // NewPublisher wraps a driver topic. It reads the backend's window and fails
@@ -148,7 +151,7 @@ func (p *Publisher) PublishBatch(ctx context.Context, msgs []*Message) ([]Result
 	if err := p.enter(); err != nil {
 		return nil, err
 	}
-	defer p.wg.Done()
+	defer p.exit()
 	p.mu.Lock()
 	backend, limits := p.win.Backend, p.limits
 	p.mu.Unlock()
@@ -302,12 +305,22 @@ func (p *Publisher) enter() error {
 	if p.closed {
 		return ErrClosed
 	}
-	p.wg.Add(1)
+	p.inflight++
 	return nil
 }
 
+func (p *Publisher) exit() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.inflight--
+	if p.inflight == 0 && p.idle != nil {
+		close(p.idle)
+	}
+}
+
 // Close waits for publishes in progress to return, then closes the driver.
-// Publishes started after Close fail with ErrClosed. ctx bounds the wait.
+// Publishes started after Close fail with ErrClosed. ctx bounds the wait;
+// with nothing in progress a done ctx does not matter.
 func (p *Publisher) Close(ctx context.Context) error {
 	p.mu.Lock()
 	if p.closed {
@@ -315,11 +328,15 @@ func (p *Publisher) Close(ctx context.Context) error {
 		return ErrClosed
 	}
 	p.closed = true
+	if p.inflight == 0 {
+		p.mu.Unlock()
+		return p.topic.Close()
+	}
+	idle := make(chan struct{})
+	p.idle = idle
 	p.mu.Unlock()
-	done := make(chan struct{})
-	go func() { p.wg.Wait(); close(done) }()
 	select {
-	case <-done:
+	case <-idle:
 	case <-ctx.Done():
 		return errors.Join(fmt.Errorf("dedupq: publishes still in progress: %w", ctx.Err()), p.topic.Close())
 	}

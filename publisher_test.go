@@ -4,6 +4,7 @@ package dedupq
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"sync"
 	"testing"
@@ -289,6 +290,62 @@ func TestNewPublisherRefusesUnsafePolicy(t *testing.T) {
 			_, err := NewPublisher(context.Background(), topic, PublisherOptions{Retry: slow, ConsumerDedupTTL: tt.ttl})
 			if tt.ok != (err == nil) || (err != nil && !errors.Is(err, window.ErrUnsafeRetry)) {
 				t.Fatalf("NewPublisher err = %v, want ok=%v", err, tt.ok)
+			}
+		})
+	}
+}
+
+// TestPublisherCloseWithDoneContext checks that a done ctx does not make
+// Close report publishes in progress when there are none: a deferred
+// pub.Close(ctx) after a signal cancelled ctx is the common case.
+func TestPublisherCloseWithDoneContext(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	for i := range 100 { // a race between two ready cases would show in 100 tries
+		p, err := NewPublisher(context.Background(), newScriptTopic(), PublisherOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := p.Close(ctx); err != nil {
+			t.Fatalf("Close #%d with nothing in progress = %v, want nil", i, err)
+		}
+	}
+}
+
+// TestPublisherCloseWaitsForPublishes checks that Close waits for a publish
+// in flight, and that its ctx bounds that wait.
+func TestPublisherCloseWaitsForPublishes(t *testing.T) {
+	for _, cancelClose := range []bool{false, true} {
+		t.Run(fmt.Sprintf("cancel=%v", cancelClose), func(t *testing.T) {
+			top := newScriptTopic()
+			top.block, top.entered = make(chan struct{}), make(chan struct{}, 1)
+			p, err := NewPublisher(context.Background(), top, PublisherOptions{Retry: fastRetry(1)})
+			if err != nil {
+				t.Fatal(err)
+			}
+			published := make(chan error, 1)
+			go func() { _, err := p.Publish(context.Background(), &Message{ID: "a"}); published <- err }()
+			<-top.entered
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			closed := make(chan error, 1)
+			go func() { closed <- p.Close(ctx) }()
+			testutil.WaitFor(t, func() bool { p.mu.Lock(); defer p.mu.Unlock(); return p.idle != nil })
+			if cancelClose {
+				cancel()
+				if err := within(t, closed, "Close"); !errors.Is(err, context.Canceled) {
+					t.Fatalf("Close = %v, want context.Canceled", err)
+				}
+				close(top.block)
+				within(t, published, "Publish")
+				return
+			}
+			close(top.block)
+			if err := within(t, published, "Publish"); err != nil {
+				t.Fatalf("Publish = %v", err)
+			}
+			if err := within(t, closed, "Close"); err != nil {
+				t.Fatalf("Close = %v, want nil", err)
 			}
 		})
 	}

@@ -60,7 +60,7 @@ func (s *suite) newEnv(t *testing.T, cfg Config, concurrency int) *env {
 	}
 	// Registered after the cleanup that stops a running consumer (start
 	// registers it later, so it runs first).
-	t.Cleanup(func() { con.Close() })
+	t.Cleanup(func() { con.Close(context.Background()) })
 	e.pub, e.con = pub, con
 	return e
 }

@@ -101,7 +101,7 @@ func testRestart(t *testing.T, s *suite) {
 		ent.Subscription.Close()
 		t.Fatalf("NewConsumer: %v", err)
 	}
-	t.Cleanup(func() { con.Close() })
+	t.Cleanup(func() { con.Close(context.Background()) })
 
 	eff := &effects{n: map[string]int{}, changed: make(chan struct{})}
 	runCtx, cancelRun := context.WithCancel(context.WithoutCancel(ctx))

@@ -48,9 +48,9 @@ func eventually(t *testing.T, what string, cond func() (bool, string)) {
 
 func openTopic(t *testing.T, nc *nats.Conn, cfg Config) *Topic {
 	t.Helper()
-	top, err := NewTopic(ctxT(t), nc, cfg)
+	top, err := OpenTopic(ctxT(t), nc, cfg)
 	if err != nil {
-		t.Fatalf("NewTopic: %v", err)
+		t.Fatalf("OpenTopic: %v", err)
 	}
 	t.Cleanup(func() { top.Close() })
 	// As dedupq.NewPublisher does once its check passed.
@@ -62,9 +62,9 @@ func openTopic(t *testing.T, nc *nats.Conn, cfg Config) *Topic {
 
 func openSub(t *testing.T, nc *nats.Conn, cfg Config) *Subscription {
 	t.Helper()
-	sub, err := NewSubscription(ctxT(t), nc, cfg)
+	sub, err := OpenSubscription(ctxT(t), nc, cfg)
 	if err != nil {
-		t.Fatalf("NewSubscription: %v", err)
+		t.Fatalf("OpenSubscription: %v", err)
 	}
 	t.Cleanup(func() { sub.Close() })
 	// As dedupq.NewConsumer does once its check passed.
@@ -563,8 +563,8 @@ func TestOpenChecks(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer buffered.Close()
-			if _, err := NewTopic(ctxT(t), buffered, base); err == nil || !strings.Contains(err.Error(), "ReconnectBufSize") {
-				t.Errorf("NewTopic on a buffering connection: %v, want a refusal naming ReconnectBufSize", err)
+			if _, err := OpenTopic(ctxT(t), buffered, base); err == nil || !strings.Contains(err.Error(), "ReconnectBufSize") {
+				t.Errorf("OpenTopic on a buffering connection: %v, want a refusal naming ReconnectBufSize", err)
 			}
 		})
 	})
@@ -572,7 +572,7 @@ func TestOpenChecks(t *testing.T) {
 
 func topicOpener(nc *nats.Conn) func(Config) error {
 	return func(cfg Config) error {
-		top, err := NewTopic(context.Background(), nc, cfg)
+		top, err := OpenTopic(context.Background(), nc, cfg)
 		if err == nil {
 			top.Close()
 		}
@@ -582,7 +582,7 @@ func topicOpener(nc *nats.Conn) func(Config) error {
 
 func subOpener(nc *nats.Conn) func(Config) error {
 	return func(cfg Config) error {
-		sub, err := NewSubscription(context.Background(), nc, cfg)
+		sub, err := OpenSubscription(context.Background(), nc, cfg)
 		if err == nil {
 			sub.Close()
 		}
@@ -688,7 +688,7 @@ func TestEndToEndEffectsOnce(t *testing.T) {
 		if err != nil {
 			t.Fatalf("OpenConsumer(%s): %v", raw, err)
 		}
-		defer con.Close()
+		defer con.Close(ctx)
 		var mu sync.Mutex
 		effects := map[string]int{}
 		done := make(chan struct{})

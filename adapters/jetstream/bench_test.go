@@ -105,7 +105,7 @@ func BenchmarkPublish(b *testing.B) {
 	b.Run("dedupq", func(b *testing.B) {
 		nc := connect(b, srv)
 		cfg := benchStream(b, nc)
-		top, err := NewTopic(context.Background(), nc, cfg)
+		top, err := OpenTopic(context.Background(), nc, cfg)
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -307,7 +307,7 @@ func BenchmarkConsume(b *testing.B) {
 			nc := connect(b, srv)
 			cfg := benchStream(b, nc)
 			fill(b, nc, cfg, b.N)
-			sub, err := NewSubscription(context.Background(), nc, cfg)
+			sub, err := OpenSubscription(context.Background(), nc, cfg)
 			if err != nil {
 				b.Fatal(err)
 			}
@@ -323,7 +323,7 @@ func BenchmarkConsume(b *testing.B) {
 			if err != nil {
 				b.Fatal(err)
 			}
-			defer con.Close()
+			defer con.Close(context.Background())
 			ctx, cancel := context.WithCancel(context.Background())
 			defer cancel()
 			// Counted per message, as the raw loops do: a redelivery

@@ -38,7 +38,7 @@ type Config struct {
 	// appended to it as one more token. Required.
 	Subject string
 	// Durable is the durable pull consumer's name. Required by
-	// NewSubscription; created with AckPolicy explicit when missing.
+	// OpenSubscription; created with AckPolicy explicit when missing.
 	Durable string
 
 	// CreateStream creates the stream when it does not exist, with the
@@ -78,7 +78,7 @@ var fieldOf = map[string]string{
 	"backoff": "BackOff", "max_batch": "MaxBatch",
 }
 
-// validate checks what NewTopic and NewSubscription need, naming the field.
+// validate checks what OpenTopic and OpenSubscription need, naming the field.
 func (c *Config) validate(needDurable bool) error {
 	if p := c.check(needDurable); p != nil {
 		return fmt.Errorf("jetstream: Config.%s: %s", fieldOf[p.param], p.reason)

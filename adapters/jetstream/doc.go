@@ -8,7 +8,7 @@
 //	dedupq.OpenPublisher(ctx, "jetstream://127.0.0.1:4222/ORDERS?subject=orders", opts)
 //	dedupq.OpenConsumer(ctx, "jetstream://127.0.0.1:4222/ORDERS?subject=orders&durable=billing", opts)
 //
-// work without other code. NewTopic and NewSubscription do the same on a
+// work without other code. OpenTopic and OpenSubscription do the same on a
 // connection the program dials itself. Package embedded runs a server in
 // process for programs that should need no services.
 //
@@ -79,7 +79,7 @@
 // GroupKey becomes a subject suffix: a message with GroupKey "eu" is
 // published to "<subject>.eu". The stream must therefore take both
 // "<subject>" and "<subject>.<any token>" (say with "<subject>.>");
-// NewTopic checks that, and create=true makes a stream with the subjects
+// OpenTopic checks that, and create=true makes a stream with the subjects
 // "<subject>" and "<subject>.>". A Subscription consumes the
 // whole stream and returns the suffix as GroupKey. JetStream keeps one
 // order per stream, so messages of one group arrive in publish order;
@@ -126,7 +126,7 @@
 // client's own retry on "no responders" is switched off, and the
 // connections this package dials keep no reconnect buffer: a message
 // written while the client reconnects would otherwise go out whenever the
-// connection returns, a resend that no retry policy can bound. NewTopic
+// connection returns, a resend that no retry policy can bound. OpenTopic
 // refuses a connection that buffers (see nats.ReconnectBufSize). A send
 // that got no PubAck (timeout, lost connection, cancelled context) is
 // reported retryable; a PubAck that carries an error means the stream

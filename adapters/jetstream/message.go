@@ -159,7 +159,7 @@ func toNATS(subject string, m *driver.Message) *nats.Msg {
 
 // fromNATS reads a consumed message back into a driver message. Headers
 // the server or client own are left out; a header with several values
-// (from a producer other than dedupq) yields its first. A message without
+// (from a publisher other than dedupq) yields its first. A message without
 // a Nats-Msg-Id gets fallbackID as its ID.
 func fromNATS(subject string, m jetstream.Msg) driver.Message {
 	h := m.Headers()

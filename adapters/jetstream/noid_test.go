@@ -48,7 +48,7 @@ func TestMessagesWithoutIDRunOnceEach(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		defer con.Close()
+		defer con.Close(ctx)
 
 		var mu sync.Mutex
 		effects := map[string]int{}

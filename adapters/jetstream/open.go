@@ -24,7 +24,7 @@ func init() { dedupq.Register(Scheme, URLOpener{}) }
 type URLOpener struct {
 	// Options are added to the connection options the opener uses (TLS,
 	// credentials, …). ReconnectBufSize is forced to -1 whatever they say
-	// (see NewTopic).
+	// (see OpenTopic).
 	Options []nats.Option
 }
 
@@ -80,7 +80,7 @@ func (o URLOpener) OpenSubscription(ctx context.Context, u *url.URL) (driver.Sub
 const EmbeddedHost = inprocess.Host
 
 // dial connects with the options every dedupq connection needs: no
-// reconnect buffer (see NewTopic), reconnecting forever (a publish during
+// reconnect buffer (see OpenTopic), reconnecting forever (a publish during
 // a reconnect fails at once and is retried by the Publisher), and a
 // connect timeout within ctx. release is to be called once the connection
 // is closed: it lets the in-process server stop when nothing uses it.

@@ -35,7 +35,7 @@ func TestRefusedOpenCreatesNothing(t *testing.T) {
 	openConsumer := func(ctx context.Context, raw string) error {
 		c, err := dedupq.OpenConsumer(ctx, raw, dedupq.ConsumerOptions{Dedup: guard})
 		if err == nil {
-			c.Close()
+			c.Close(ctx)
 		}
 		return err
 	}
@@ -164,7 +164,7 @@ func TestFailedProvisionRemovesItsStream(t *testing.T) {
 			mux.Register(Scheme, URLOpener{Options: []nats.Option{nats.ErrorHandler(func(*nats.Conn, *nats.Subscription, error) {})}})
 			c, err := mux.OpenConsumer(ctx, u.String(), dedupq.ConsumerOptions{})
 			if err == nil {
-				c.Close()
+				c.Close(ctx)
 				t.Fatal("opened a consumer without the right to create its durable")
 			}
 			t.Logf("refused as expected: %v", err)

@@ -51,7 +51,7 @@ var (
 	_ driver.Provisioner  = (*Subscription)(nil)
 )
 
-// NewSubscription opens the durable pull consumer cfg.Durable on the stream
+// OpenSubscription opens the durable pull consumer cfg.Durable on the stream
 // cfg.Stream. An existing durable is used as it is, after checking that it
 // is a pull consumer with explicit acks and that AckWait, MaxDeliver and
 // BackOff match cfg where cfg sets them. A missing durable, and a missing
@@ -60,7 +60,7 @@ var (
 // driver.Provisioner); until then Window and Redelivery report what will
 // be created, so that a refused open leaves nothing behind. nc stays the
 // caller's: Close leaves it open.
-func NewSubscription(ctx context.Context, nc *nats.Conn, cfg Config) (*Subscription, error) {
+func OpenSubscription(ctx context.Context, nc *nats.Conn, cfg Config) (*Subscription, error) {
 	return newSubscription(ctx, nc, cfg, false)
 }
 

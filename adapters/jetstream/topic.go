@@ -55,7 +55,7 @@ var (
 	_ driver.Provisioner = (*Topic)(nil)
 )
 
-// NewTopic opens the stream cfg names on nc and checks that it can take
+// OpenTopic opens the stream cfg names on nc and checks that it can take
 // cfg.Subject and its group suffixes. A missing stream is an error unless
 // cfg.CreateStream: then Provision creates it (dedupq.NewPublisher calls it
 // once its startup check passed; see driver.Provisioner), and until then
@@ -64,7 +64,7 @@ var (
 // publishes while reconnecting (dial it with nats.ReconnectBufSize(-1)),
 // because a buffered message is sent whenever the connection returns, a
 // resend outside every retry policy and window.
-func NewTopic(ctx context.Context, nc *nats.Conn, cfg Config) (*Topic, error) {
+func OpenTopic(ctx context.Context, nc *nats.Conn, cfg Config) (*Topic, error) {
 	if nc.Opts.ReconnectBufSize >= 0 {
 		return nil, errors.New("jetstream: the connection buffers publishes while reconnecting, which can resend a message after its dedup window; dial it with nats.ReconnectBufSize(-1)")
 	}

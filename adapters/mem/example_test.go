@@ -37,7 +37,7 @@ func ExampleNewBroker() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	defer con.Close()
+	defer con.Close(ctx)
 	runCtx, stop := context.WithCancel(ctx)
 	deliveries := 0
 	err = con.Run(runCtx, func(ctx context.Context, d *dedupq.Delivery) error {

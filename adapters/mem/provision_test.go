@@ -32,7 +32,7 @@ func TestURLRefusedOpenLeavesNoBroker(t *testing.T) {
 		{"consumer with unbounded redelivery", "max_deliveries=0&window=2m", "max_deliveries=5&window=2m", func(raw string) error {
 			c, err := dedupq.OpenConsumer(t.Context(), raw, dedupq.ConsumerOptions{Dedup: guard})
 			if err == nil {
-				c.Close()
+				c.Close(t.Context())
 			}
 			return err
 		}},

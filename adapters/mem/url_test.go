@@ -32,7 +32,7 @@ func TestURLPublisherAndConsumerMeet(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer con.Close()
+	defer con.Close(ctx)
 	if w := pub.Window(); w.Duration != 2*time.Minute || w.Backend != "mem" {
 		t.Errorf("Window = %+v, want mem's 2m", w)
 	}

@@ -404,7 +404,7 @@ func TestOpenByURL(t *testing.T) {
 	if err != nil {
 		t.Fatalf("OpenConsumer: %v", err)
 	}
-	defer con.Close()
+	defer con.Close(ctx)
 	rctx, stop := context.WithCancel(ctx)
 	var got string
 	err = con.Run(rctx, func(_ context.Context, d *dedupq.Delivery) error {

@@ -213,12 +213,12 @@ func bundleLimit(topic string) int {
 	return maxRequestBytes - proto.Size(&pb.PublishRequest{Topic: topic}) - 5
 }
 
-// IsRetryable reports whether an error from this package's drivers may
+// isRetryable reports whether an error from this package's drivers may
 // succeed when tried again. A gRPC status that says the service refused
 // the request (InvalidArgument, NotFound, PermissionDenied, …) is not; a
 // transient status, a lost answer, a paused ordering key or an unknown
 // error is, because the message may have been stored or was never sent.
-func IsRetryable(err error) bool {
+func isRetryable(err error) bool {
 	var paused gpubsub.ErrPublishingPaused
 	var ackErr *AckError
 	switch {

@@ -307,8 +307,9 @@ func (s *Subscription) Redelivery(ctx context.Context) (window.RedeliveryPolicy,
 	return r, nil
 }
 
-// IsRetryable is the package's IsRetryable.
-func (s *Subscription) IsRetryable(err error) bool { return IsRetryable(err) }
+// IsRetryable reports whether an error from Receive or a settle call is
+// transient, by the rules of Topic.IsRetryable.
+func (s *Subscription) IsRetryable(err error) bool { return isRetryable(err) }
 
 // current returns the background receive, starting one if none runs. A
 // receive that ended on its own reports its error once; the next call

@@ -97,8 +97,12 @@ func (t *Topic) HiddenRetrySpan() time.Duration {
 	return 0
 }
 
-// IsRetryable is the package's IsRetryable.
-func (t *Topic) IsRetryable(err error) bool { return IsRetryable(err) }
+// IsRetryable reports whether a send error may succeed when tried again. A
+// gRPC status that says the service refused the request (InvalidArgument,
+// NotFound, PermissionDenied, …) is not; a transient status, a lost answer,
+// a paused ordering key or an unknown error is, because the message may
+// have been stored or was never sent.
+func (t *Topic) IsRetryable(err error) bool { return isRetryable(err) }
 
 // Close waits for the RPCs of abandoned attempts to end (each is bounded by
 // its attempt's deadline or PublishTimeout), then closes the client if the

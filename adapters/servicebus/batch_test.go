@@ -70,7 +70,7 @@ func TestSendBatchOutcomes(t *testing.T) {
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			st := servicebus.EntityProperties{RequiresDuplicateDetection: true, DuplicateDetectionWindow: 60e9, LockDuration: 60e9, MaxDeliveryCount: 10}
-			tp, err := servicebus.OpenTopic(t.Context(), tc.sender, servicebus.Entity{Queue: "q"}, &servicebus.Options{Stated: &st})
+			tp, err := servicebus.OpenTopicWith(t.Context(), tc.sender, servicebus.Entity{Queue: "q"}, &servicebus.Options{Stated: &st})
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -63,7 +63,7 @@ func (harness) Open(ctx context.Context, t *testing.T, cfg adaptertest.Config) a
 	}
 	q := newQueue(t, d, a, p)
 	c := newClient(t, d)
-	tp, sub := openPair(t, c, q, &servicebus.Options{Admin: a})
+	tp, sub := openPair(t, c, q, servicebus.WithAdmin(servicebus.Options{}, a))
 	var restart *adaptertest.Restarter
 	if private != nil {
 		private.queues = map[string]servicebusdouble.QueueConfig{q: queueConfig(p)}

@@ -13,14 +13,14 @@
 // true only for an ID this Topic itself stored earlier within the window,
 // and BackendID is the MessageId (a send returns no sequence number).
 //
-// A message received without a MessageId (sent by another producer) is
+// A message received without a MessageId (sent by another publisher) is
 // delivered with Message.ID "<entity> seq <sequence number> time <enqueued
 // time, Unix ns>", e.g. "queue orders seq 42 time 1700000000000000000":
 // its identity in the entity, the same on every redelivery, so a dedup
 // Guard runs each such message once and never takes two of them for one.
 // Two sends of the same payload without a MessageId are two messages.
 //
-// The window is read from the live entity through the Admin seam on every
+// The window is read from the live entity through Options.Admin on every
 // Window call: RequiresDuplicateDetection off gives window.KindNone,
 // otherwise DuplicateDetectionHistoryTimeWindow as window.KindConfigured,
 // window.SourceDiscovered. Programs without Manage rights state the

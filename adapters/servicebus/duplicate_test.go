@@ -36,7 +36,7 @@ func TestDuplicateOnlyWhereDeduplicated(t *testing.T) {
 				RequiresDuplicateDetection: tc.dedup, DuplicateDetectionWindow: 10 * time.Minute,
 				LockDuration: time.Minute, MaxDeliveryCount: 10,
 			})
-			tp, sub := openPair(t, newClient(t, d), q, &servicebus.Options{Admin: a})
+			tp, sub := openPair(t, newClient(t, d), q, servicebus.WithAdmin(servicebus.Options{}, a))
 			defer tp.Close()
 			defer sub.Close()
 			for i, want := range tc.wantDup {

@@ -53,7 +53,7 @@ func TestOfficialEmulator(t *testing.T) {
 	if err != nil {
 		t.Fatalf("NewConsumer: %v", err)
 	}
-	defer con.Close()
+	defer con.Close(ctx)
 	seen := make(chan dedupq.Delivery, 10)
 	rctx, stop := context.WithCancel(ctx)
 	done := make(chan error, 1)

@@ -94,18 +94,15 @@ type EntityProperties struct {
 	RequiresSession    bool
 }
 
-// Admin reads entity properties. AdminClient adapts the SDK's
-// *admin.Client; tests and programs that learn the properties some other
-// way can supply their own. It exists because the management API is
-// HTTP/ATOM, which no AMQP double answers.
-type Admin interface {
+// propertiesSource reads entity properties. adminClient reads them through
+// the management API; the seam exists because that API is HTTP/ATOM, which
+// no AMQP double answers, so the tests supply their own.
+type propertiesSource interface {
 	Properties(ctx context.Context, e Entity) (EntityProperties, error)
 }
 
-// AdminClient reads properties through the Service Bus management API; it
+// adminClient reads properties through the Service Bus management API; it
 // needs Manage rights on the namespace.
-func AdminClient(c *admin.Client) Admin { return adminClient{c} }
-
 type adminClient struct{ c *admin.Client }
 
 // ErrEntityNotFound is matched by the error for an entity the management
@@ -184,13 +181,13 @@ func isoDuration(s *string) (time.Duration, error) {
 	if s == nil || *s == "" {
 		return 0, nil
 	}
-	return ParseISODuration(*s)
+	return parseISODuration(*s)
 }
 
-// ParseISODuration parses an ISO 8601 duration of days, hours, minutes and
+// parseISODuration parses an ISO 8601 duration of days, hours, minutes and
 // seconds (no years, months or weeks, which the management API never
 // uses for these properties), saturating at window.Forever.
-func ParseISODuration(s string) (time.Duration, error) {
+func parseISODuration(s string) (time.Duration, error) {
 	bad := func() (time.Duration, error) { return 0, fmt.Errorf("%q is not an ISO 8601 duration", s) }
 	rest, ok := strings.CutPrefix(s, "P")
 	if !ok || rest == "" {

@@ -149,7 +149,7 @@ func openPair(t testing.TB, c *azservicebus.Client, queue string, opts *serviceb
 	if err != nil {
 		t.Fatalf("NewSender: %v", err)
 	}
-	tp, err := servicebus.OpenTopic(ctx, servicebus.SDKSender(s), servicebus.Entity{Queue: queue}, opts)
+	tp, err := servicebus.OpenTopic(ctx, s, servicebus.Entity{Queue: queue}, opts)
 	if err != nil {
 		t.Fatalf("OpenTopic: %v", err)
 	}

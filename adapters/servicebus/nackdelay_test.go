@@ -34,7 +34,7 @@ func openCounting(t *testing.T, c *azservicebus.Client, a *fakeAdmin, queue stri
 		t.Fatalf("NewReceiverForQueue: %v", err)
 	}
 	cr := &countingReceiver{Receiver: r}
-	sub, err := servicebus.OpenSubscription(t.Context(), cr, servicebus.Entity{Queue: queue}, &servicebus.Options{Admin: a})
+	sub, err := servicebus.OpenSubscriptionWith(t.Context(), cr, servicebus.Entity{Queue: queue}, servicebus.WithAdmin(servicebus.Options{}, a))
 	if err != nil {
 		t.Fatalf("OpenSubscription: %v", err)
 	}
@@ -70,7 +70,7 @@ func TestNackDelayHeld(t *testing.T) {
 	const lock = 2 * time.Second
 	q := newQueue(t, d, a, servicebus.EntityProperties{LockDuration: lock, MaxDeliveryCount: 10, MaxMessageBytes: servicebus.DefaultMaxMessageBytes})
 	c := newClient(t, d)
-	tp, _ := openPair(t, c, q, &servicebus.Options{Admin: a})
+	tp, _ := openPair(t, c, q, servicebus.WithAdmin(servicebus.Options{}, a))
 	sub, cr := openCounting(t, c, a, q)
 	t.Cleanup(func() { _ = sub.Close() })
 
@@ -125,7 +125,7 @@ func TestNackDelayReleasedOnClose(t *testing.T) {
 	const lock = 10 * time.Second
 	q := newQueue(t, d, a, servicebus.EntityProperties{LockDuration: lock, MaxDeliveryCount: 10, MaxMessageBytes: servicebus.DefaultMaxMessageBytes})
 	c := newClient(t, d)
-	tp, other := openPair(t, c, q, &servicebus.Options{Admin: a})
+	tp, other := openPair(t, c, q, servicebus.WithAdmin(servicebus.Options{}, a))
 	t.Cleanup(func() { _ = other.Close() })
 	sub, _ := openCounting(t, c, a, q)
 

@@ -13,10 +13,10 @@ import (
 	"github.com/dedupq/dedupq/window"
 )
 
-// Receiver is the part of *azservicebus.Receiver a Subscription uses; the
+// receiver is the part of *azservicebus.Receiver a Subscription uses; the
 // SDK's type implements it as it is. A test can supply its own where the
 // double cannot go.
-type Receiver interface {
+type receiver interface {
 	ReceiveMessages(ctx context.Context, maxMessages int, options *azservicebus.ReceiveMessagesOptions) ([]*azservicebus.ReceivedMessage, error)
 	CompleteMessage(ctx context.Context, m *azservicebus.ReceivedMessage, options *azservicebus.CompleteMessageOptions) error
 	AbandonMessage(ctx context.Context, m *azservicebus.ReceivedMessage, options *azservicebus.AbandonMessageOptions) error
@@ -25,12 +25,12 @@ type Receiver interface {
 	Close(ctx context.Context) error
 }
 
-var _ Receiver = (*azservicebus.Receiver)(nil)
+var _ receiver = (*azservicebus.Receiver)(nil)
 
 // Subscription receives from a queue or topic subscription in peek-lock
 // mode. It implements driver.Subscription.
 type Subscription struct {
-	recv   Receiver
+	recv   receiver
 	entity Entity
 	opts   Options
 
@@ -54,8 +54,13 @@ const DeadLetterReason = "dedupq: permanent failure"
 // Subscription receiving through recv, which must be in peek-lock mode
 // (the SDK's default). It refuses a session entity: receiving from one
 // needs a session receiver per SessionId, which this version does not
-// drive. On success the Subscription owns recv.
-func OpenSubscription(ctx context.Context, recv Receiver, entity Entity, opts *Options) (*Subscription, error) {
+// drive. On success the Subscription owns recv. Make recv's client with
+// ClientOptions.
+func OpenSubscription(ctx context.Context, recv *azservicebus.Receiver, entity Entity, opts *Options) (*Subscription, error) {
+	return openSubscription(ctx, recv, entity, opts)
+}
+
+func openSubscription(ctx context.Context, recv receiver, entity Entity, opts *Options) (*Subscription, error) {
 	o := opts.orZero()
 	if err := entity.check(true); err != nil {
 		return nil, err
@@ -172,7 +177,7 @@ func fromSB(m *azservicebus.ReceivedMessage, lease time.Duration, e Entity) *dri
 			if str, ok := v.(string); ok {
 				d.Message.Attributes[k] = str
 			} else {
-				// Set by another producer: dedupq sends strings only.
+				// Set by another publisher: dedupq sends strings only.
 				d.Message.Attributes[k] = fmt.Sprint(v)
 			}
 		}
@@ -181,13 +186,13 @@ func fromSB(m *azservicebus.ReceivedMessage, lease time.Duration, e Entity) *dri
 }
 
 // fallbackID is the dedup key of a message sent without a MessageId (by a
-// producer other than dedupq): "<entity> seq <sequence number> time
+// publisher other than dedupq): "<entity> seq <sequence number> time
 // <enqueued time in Unix nanoseconds>". Every redelivery carries the same
 // sequence number and enqueued time; the entity keeps apart entities whose
 // consumers share a dedup store, and the enqueued time keeps apart the
 // messages of an entity that was deleted and created again, whose
 // sequence starts over. Service Bus takes any MessageId, so nothing but
-// its form keeps it from a producer's own IDs: one would have to send
+// its form keeps it from a publisher's own IDs: one would have to send
 // exactly this string. Without a sequence number it is "", which the
 // dedup Guard refuses rather than share.
 func fallbackID(m *azservicebus.ReceivedMessage, e Entity) string {

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/Azure/azure-sdk-for-go/sdk/messaging/azservicebus"
+	"github.com/Azure/azure-sdk-for-go/sdk/messaging/azservicebus/admin"
 	"github.com/Azure/go-amqp"
 
 	"github.com/dedupq/dedupq/driver"
@@ -16,10 +17,10 @@ import (
 	"github.com/dedupq/dedupq/window"
 )
 
-// Batch is the part of *azservicebus.MessageBatch a Topic uses, so that a
-// Sender in a test can hand out batches of its own (the SDK's cannot be
-// built outside it).
-type Batch interface {
+// messageBatch is the part of *azservicebus.MessageBatch a Topic uses, so
+// that a batchSender in a test can hand out batches of its own (the SDK's
+// cannot be built outside it).
+type messageBatch interface {
 	// AddMessage adds m, or fails with azservicebus.ErrMessageTooLarge when
 	// it does not fit.
 	AddMessage(m *azservicebus.Message, o *azservicebus.AddMessageOptions) error
@@ -27,24 +28,22 @@ type Batch interface {
 	NumMessages() int32
 }
 
-// Sender is what a Topic sends through. SDKSender adapts the SDK's
+// batchSender is what a Topic sends through. sdkSender adapts the SDK's
 // concrete *azservicebus.Sender; a test can supply its own where the
 // double cannot go (a send that fails half-way, say).
-type Sender interface {
+type batchSender interface {
 	// NewBatch starts an empty batch sized by the entity's link limit.
-	NewBatch(ctx context.Context) (Batch, error)
+	NewBatch(ctx context.Context) (messageBatch, error)
 	// SendBatch sends b in one transfer: all of it is stored, or none.
-	SendBatch(ctx context.Context, b Batch) error
+	SendBatch(ctx context.Context, b messageBatch) error
 	// Close closes the sender.
 	Close(ctx context.Context) error
 }
 
-// SDKSender adapts an *azservicebus.Sender.
-func SDKSender(s *azservicebus.Sender) Sender { return sdkSender{s} }
-
+// sdkSender adapts an *azservicebus.Sender.
 type sdkSender struct{ s *azservicebus.Sender }
 
-func (s sdkSender) NewBatch(ctx context.Context) (Batch, error) {
+func (s sdkSender) NewBatch(ctx context.Context) (messageBatch, error) {
 	b, err := s.s.NewMessageBatch(ctx, nil)
 	if err != nil {
 		return nil, err
@@ -52,10 +51,10 @@ func (s sdkSender) NewBatch(ctx context.Context) (Batch, error) {
 	return b, nil
 }
 
-func (s sdkSender) SendBatch(ctx context.Context, b Batch) error {
+func (s sdkSender) SendBatch(ctx context.Context, b messageBatch) error {
 	mb, ok := b.(*azservicebus.MessageBatch)
 	if !ok {
-		return fmt.Errorf("dedupq/servicebus: SDKSender got a %T, not a batch it made", b)
+		return fmt.Errorf("dedupq/servicebus: sdkSender got a %T, not a batch it made", b)
 	}
 	return s.s.SendMessageBatch(ctx, mb, nil)
 }
@@ -64,9 +63,10 @@ func (s sdkSender) Close(ctx context.Context) error { return s.s.Close(ctx) }
 
 // Options configure a Topic or Subscription.
 type Options struct {
-	// Admin reads the entity's properties on open and on every Window
-	// call. Required unless Stated is set.
-	Admin Admin
+	// Admin reads the entity's properties through the management API on
+	// open and on every Window call; it needs Manage rights on the
+	// namespace. Required unless Stated is set.
+	Admin *admin.Client
 	// Stated gives the entity's properties instead of reading them, for
 	// programs without Manage rights. The window is then reported as
 	// SourceConfigured and labelled "stated by the program" — keep it in
@@ -77,6 +77,11 @@ type Options struct {
 	MaxBatch int
 	// CloseTimeout bounds closing the SDK links; 0 means 10s.
 	CloseTimeout time.Duration
+
+	// propsFrom, when set, replaces Admin: the seam through which the
+	// tests answer for the management API (HTTP/ATOM), which no AMQP
+	// double serves. See export_test.go.
+	propsFrom propertiesSource
 }
 
 func (o *Options) orZero() Options {
@@ -88,13 +93,15 @@ func (o *Options) orZero() Options {
 
 // props reads the entity's properties from Stated or Admin.
 func (o Options) props(ctx context.Context, e Entity) (EntityProperties, error) {
-	if o.Stated != nil {
+	switch {
+	case o.Stated != nil:
 		return *o.Stated, nil
+	case o.propsFrom != nil:
+		return o.propsFrom.Properties(ctx, e)
+	case o.Admin != nil:
+		return adminClient{o.Admin}.Properties(ctx, e)
 	}
-	if o.Admin == nil {
-		return EntityProperties{}, errors.New("dedupq/servicebus: Options has neither Admin (to read the entity's properties) nor Stated (to state them)")
-	}
-	return o.Admin.Properties(ctx, e)
+	return EntityProperties{}, errors.New("dedupq/servicebus: Options has neither Admin (to read the entity's properties) nor Stated (to state them)")
 }
 
 // ErrClosed is returned by a Topic or Subscription used after Close.
@@ -102,7 +109,7 @@ var ErrClosed = errors.New("dedupq/servicebus: closed")
 
 // Topic sends to a queue or topic. It implements driver.Topic.
 type Topic struct {
-	sender Sender
+	sender batchSender
 	entity Entity
 	opts   Options
 	seen   recent.IDs
@@ -118,8 +125,13 @@ var _ driver.Topic = (*Topic)(nil)
 // through sender. It refuses an entity that requires sessions, because
 // every message would then need a GroupKey and dedupq cannot require one
 // per entity at runtime here; it is left to a later version. On success
-// the Topic owns sender.
-func OpenTopic(ctx context.Context, sender Sender, entity Entity, opts *Options) (*Topic, error) {
+// the Topic owns sender. Make sender's client with ClientOptions (see
+// HiddenRetrySpan).
+func OpenTopic(ctx context.Context, sender *azservicebus.Sender, entity Entity, opts *Options) (*Topic, error) {
+	return openTopic(ctx, sdkSender{sender}, entity, opts)
+}
+
+func openTopic(ctx context.Context, sender batchSender, entity Entity, opts *Options) (*Topic, error) {
 	o := opts.orZero()
 	if err := entity.check(false); err != nil {
 		return nil, err
@@ -233,7 +245,7 @@ func (t *Topic) SendBatch(ctx context.Context, msgs []*driver.Message) ([]driver
 		return nil, ErrClosed
 	}
 	results := make([]driver.SendResult, len(msgs))
-	var batch Batch
+	var batch messageBatch
 	var index []int
 	flush := func() {
 		if batch == nil || len(index) == 0 {

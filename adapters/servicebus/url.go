@@ -226,7 +226,7 @@ func (o *URLOpener) connect(u *url.URL) (URLConfig, *azservicebus.Client, error)
 		if err != nil {
 			return c, nil, fmt.Errorf("dedupq/servicebus: management client: %w", connStringError(err, cs))
 		}
-		c.Options.Admin = AdminClient(a)
+		c.Options.Admin = a
 	}
 	opts := o.ClientOptions
 	if opts == nil {
@@ -277,7 +277,7 @@ func (o *URLOpener) OpenTopic(ctx context.Context, u *url.URL) (driver.Topic, er
 	if err != nil {
 		return nil, errors.Join(err, client.Close(ctx))
 	}
-	t, err := OpenTopic(ctx, &ownedSender{Sender: SDKSender(s), client: client}, c.Entity, &c.Options)
+	t, err := openTopic(ctx, &ownedSender{batchSender: sdkSender{s}, client: client}, c.Entity, &c.Options)
 	if err != nil {
 		return nil, errors.Join(err, client.Close(ctx))
 	}
@@ -304,7 +304,7 @@ func (o *URLOpener) OpenSubscription(ctx context.Context, u *url.URL) (driver.Su
 	if err != nil {
 		return nil, errors.Join(err, client.Close(ctx))
 	}
-	s, err := OpenSubscription(ctx, &ownedReceiver{Receiver: r, client: client}, c.Entity, &c.Options)
+	s, err := openSubscription(ctx, &ownedReceiver{Receiver: r, client: client}, c.Entity, &c.Options)
 	if err != nil {
 		return nil, errors.Join(err, client.Close(ctx))
 	}
@@ -313,17 +313,17 @@ func (o *URLOpener) OpenSubscription(ctx context.Context, u *url.URL) (driver.Su
 
 // ownedSender closes the client the URL opener made with its sender.
 type ownedSender struct {
-	Sender
+	batchSender
 	client *azservicebus.Client
 }
 
 func (s *ownedSender) Close(ctx context.Context) error {
-	return errors.Join(s.Sender.Close(ctx), s.client.Close(ctx))
+	return errors.Join(s.batchSender.Close(ctx), s.client.Close(ctx))
 }
 
 // ownedReceiver closes the client the URL opener made with its receiver.
 type ownedReceiver struct {
-	Receiver
+	*azservicebus.Receiver
 	client *azservicebus.Client
 }
 

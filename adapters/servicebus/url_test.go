@@ -148,7 +148,7 @@ func TestOpenByURL(t *testing.T) {
 	if err != nil {
 		t.Fatalf("OpenConsumer: %v", err)
 	}
-	defer c.Close()
+	defer c.Close(ctx)
 	if r := c.Redelivery(); r.AckWait != 30*time.Second || r.MaxDeliveries != 3 {
 		t.Errorf("Redelivery = %s, want the stated 30s and 3", r)
 	}

@@ -47,7 +47,7 @@ func TestWindowCheck(t *testing.T) {
 				RequiresDuplicateDetection: true, DuplicateDetectionWindow: tc.window,
 				LockDuration: time.Minute, MaxDeliveryCount: 10,
 			})
-			tp, sub := openPair(t, newClient(t, d), q, &servicebus.Options{Admin: a})
+			tp, sub := openPair(t, newClient(t, d), q, servicebus.WithAdmin(servicebus.Options{}, a))
 			defer sub.Close()
 			p, err := dedupq.NewPublisher(t.Context(), tp, dedupq.PublisherOptions{Retry: &retry})
 			if tc.wantErr == nil {
@@ -89,7 +89,7 @@ func TestWindowReread(t *testing.T) {
 		LockDuration: time.Minute, MaxDeliveryCount: 10,
 	}
 	q := newQueue(t, d, a, props)
-	tp, sub := openPair(t, newClient(t, d), q, &servicebus.Options{Admin: a})
+	tp, sub := openPair(t, newClient(t, d), q, servicebus.WithAdmin(servicebus.Options{}, a))
 	defer sub.Close()
 	p, err := dedupq.NewPublisher(t.Context(), tp, dedupq.PublisherOptions{Retry: &retry})
 	if err != nil {

@@ -152,7 +152,7 @@ func TestCreateByURL(t *testing.T) {
 			if err != nil {
 				t.Fatalf("OpenConsumer: %v", err)
 			}
-			defer con.Close()
+			defer con.Close(t.Context())
 			if r := con.Redelivery(); r.MaxDeliveries != tc.wantRedeliv.MaxDeliveries || r.AckWait != tc.wantRedeliv.AckWait {
 				t.Errorf("Redelivery = %v, want %v", r, tc.wantRedeliv)
 			}
@@ -247,7 +247,7 @@ func TestCreateRefusedCheckLeavesNothing(t *testing.T) {
 	if err != nil {
 		t.Fatalf("the open with the policy fixed: %v", err)
 	}
-	con.Close()
+	con.Close(t.Context())
 	createdAttrs(t, c, name)
 }
 
@@ -336,7 +336,7 @@ func TestCreatePastMaxDeliveries(t *testing.T) {
 	if err != nil {
 		t.Fatalf("OpenConsumer: %v", err)
 	}
-	defer con.Close()
+	defer con.Close(t.Context())
 	pub, err := dedupq.OpenPublisher(ctxFor(t, 20*time.Second), raw, dedupq.PublisherOptions{})
 	if err != nil {
 		t.Fatalf("OpenPublisher: %v", err)
@@ -406,7 +406,7 @@ func TestCreateUsesExistingQueueUnchanged(t *testing.T) {
 			before := readAll(t, c, url)
 			con, err := dedupq.OpenConsumer(ctxFor(t, 20*time.Second), createURL(name, tc.extra), dedupq.ConsumerOptions{})
 			if err == nil {
-				con.Close()
+				con.Close(t.Context())
 			}
 			switch {
 			case tc.wantErr == "" && err != nil:
@@ -471,7 +471,7 @@ func TestCreateRemovesItsDeadLetterQueue(t *testing.T) {
 				}
 			}
 			api := failingCreate{Client: c, name: name}
-			tp, err := sqs.OpenTopic(ctxFor(t, 10*time.Second), api, name, &sqs.Options{Create: true})
+			tp, err := sqs.OpenTopicAPI(ctxFor(t, 10*time.Second), api, name, &sqs.Options{Create: true})
 			if err != nil {
 				t.Fatalf("OpenTopic: %v", err)
 			}
@@ -580,7 +580,7 @@ func TestCreateRace(t *testing.T) {
 			name := freshName(t, c)
 			api := racingCreate{Client: c, name: name, attrs: tc.attrs}
 			ctx := ctxFor(t, 10*time.Second)
-			sub, err := sqs.OpenSubscription(ctx, api, name, &sqs.Options{Create: true})
+			sub, err := sqs.OpenSubscriptionAPI(ctx, api, name, &sqs.Options{Create: true})
 			if err != nil {
 				t.Fatalf("OpenSubscription: %v", err)
 			}

@@ -20,9 +20,9 @@
 // original travels in the AttrID attribute, from which the consumer restores
 // it. IDs are never truncated.
 //
-// A message sent by another producer (no AttrID) is delivered with its
+// A message sent by another publisher (no AttrID) is delivered with its
 // MessageDeduplicationId as Message.ID, which SQS keeps with the message:
-// the producer's own, or the SHA-256 of the body that content-based
+// the publisher's own, or the SHA-256 of the body that content-based
 // deduplication computed. A FIFO message always has one, the same on every
 // redelivery, so a delivery never reaches a dedup Guard without a key. Two
 // sends of the same body by content-based deduplication are one message,

@@ -47,21 +47,21 @@ const (
 // sqsPunct is the punctuation SQS accepts in dedup IDs and group keys.
 const sqsPunct = "!\"#$%&'()*+,-./:;<=>?@[\\]^_`{|}~"
 
-// ValidIDChar reports whether SQS accepts r in a MessageDeduplicationId or
+// validIDChar reports whether SQS accepts r in a MessageDeduplicationId or
 // MessageGroupId: ASCII letters, digits and punctuation.
-func ValidIDChar(r rune) bool {
+func validIDChar(r rune) bool {
 	return r < utf8.RuneSelf && (('a' <= r && r <= 'z') || ('A' <= r && r <= 'Z') ||
 		('0' <= r && r <= '9') || strings.ContainsRune(sqsPunct, r))
 }
 
-// ValidID reports whether SQS accepts id as it is as a
+// validID reports whether SQS accepts id as it is as a
 // MessageDeduplicationId or MessageGroupId.
-func ValidID(id string) bool {
+func validID(id string) bool {
 	if id == "" || len(id) > MaxIDLength {
 		return false
 	}
 	for _, r := range id {
-		if !ValidIDChar(r) {
+		if !validIDChar(r) {
 			return false
 		}
 	}
@@ -84,7 +84,7 @@ func wireID(id string, hashLong bool) (string, bool) {
 	if !hashLong {
 		return id, false
 	}
-	if ValidID(id) && !strings.HasPrefix(id, HashPrefix) {
+	if validID(id) && !strings.HasPrefix(id, HashPrefix) {
 		return id, false
 	}
 	return HashID(id), true
@@ -167,7 +167,7 @@ func encodeAttr(v string) types.MessageAttributeValue {
 	return types.MessageAttributeValue{DataType: aws.String("Binary"), BinaryValue: []byte(v)}
 }
 
-// decodeAttr reverses encodeAttr, and reads attributes other SQS producers
+// decodeAttr reverses encodeAttr, and reads attributes other SQS publishers
 // wrote (Number, custom String and Binary types) as their text or bytes.
 func decodeAttr(a types.MessageAttributeValue) string {
 	dt := aws.ToString(a.DataType)

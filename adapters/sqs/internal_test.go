@@ -34,8 +34,8 @@ func TestValidID(t *testing.T) {
 		{"é", false},
 		{"a\x00", false},
 	} {
-		if got := ValidID(tc.id); got != tc.want {
-			t.Errorf("ValidID(%q) = %v, want %v", tc.id, got, tc.want)
+		if got := validID(tc.id); got != tc.want {
+			t.Errorf("validID(%q) = %v, want %v", tc.id, got, tc.want)
 		}
 	}
 }
@@ -59,7 +59,7 @@ func TestWireID(t *testing.T) {
 		if got != tc.want || hashed != tc.hashed {
 			t.Errorf("wireID(%.20q, %v) = %q, %v; want %q, %v", tc.id, tc.hashLong, got, hashed, tc.want, tc.hashed)
 		}
-		if !ValidID(got) && tc.hashLong {
+		if !validID(got) && tc.hashLong {
 			t.Errorf("wireID(%.20q) = %q is not a valid SQS ID", tc.id, got)
 		}
 	}

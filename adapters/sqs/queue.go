@@ -32,12 +32,12 @@ const DefaultMaxReceiveCount = 5
 // maxMaxReceiveCount is the largest maxReceiveCount SQS accepts.
 const maxMaxReceiveCount = 1000
 
-// CreateAPI is what Options.Create needs of the client beyond API;
-// *sqs.Client implements it. ListQueueTags tells whether a queue is one
+// createAPI is what Options.Create needs of the client beyond sqsAPI;
+// *sqs.Client implements it, test wrappers may not. ListQueueTags tells whether a queue is one
 // this process created, and DeleteQueue removes a dead-letter queue it
 // created for a queue it then failed to create.
-type CreateAPI interface {
-	API
+type createAPI interface {
+	sqsAPI
 	CreateQueue(ctx context.Context, in *awssqs.CreateQueueInput, optFns ...func(*awssqs.Options)) (*awssqs.CreateQueueOutput, error)
 	DeleteQueue(ctx context.Context, in *awssqs.DeleteQueueInput, optFns ...func(*awssqs.Options)) (*awssqs.DeleteQueueOutput, error)
 	ListQueueTags(ctx context.Context, in *awssqs.ListQueueTagsInput, optFns ...func(*awssqs.Options)) (*awssqs.ListQueueTagsOutput, error)
@@ -92,7 +92,7 @@ func isAWSEndpoint(endpoint string) bool {
 
 // clientEndpoint is the base endpoint of a client that reports its
 // options, as *sqs.Client does; known is false for other clients.
-func clientEndpoint(api API) (endpoint string, known bool) {
+func clientEndpoint(api sqsAPI) (endpoint string, known bool) {
 	c, ok := api.(interface{ Options() awssqs.Options })
 	if !ok {
 		return "", false
@@ -106,7 +106,7 @@ func clientEndpoint(api API) (endpoint string, known bool) {
 // dedupq.NewConsumer call once the startup check has passed (see
 // driver.Provisioner), creates it.
 type queue struct {
-	api  API
+	api  sqsAPI
 	name string // as given: a queue name, or a queue URL
 	opts Options
 
@@ -119,7 +119,7 @@ type queue struct {
 // with opts.Create a missing queue is reported as planned, once what can
 // be checked before creating it (the name, the endpoint, an existing
 // dead-letter queue) has been.
-func openQueue(ctx context.Context, api API, nameOrURL string, o Options) (*queue, error) {
+func openQueue(ctx context.Context, api sqsAPI, nameOrURL string, o Options) (*queue, error) {
 	switch {
 	case o.VisibilityTimeout < 0 || o.VisibilityTimeout > maxVisibility:
 		return nil, fmt.Errorf("dedupq/sqs: VisibilityTimeout %s is outside SQS's 0–12h", o.VisibilityTimeout)
@@ -130,14 +130,14 @@ func openQueue(ctx context.Context, api API, nameOrURL string, o Options) (*queu
 	}
 	q := &queue{api: api, name: nameOrURL, opts: o}
 	if !o.Create {
-		url, err := ResolveQueueURL(ctx, api, nameOrURL)
+		url, err := resolveQueueURL(ctx, api, nameOrURL)
 		if err != nil {
 			return nil, err
 		}
 		return q, q.read(ctx, url)
 	}
-	if _, ok := api.(CreateAPI); !ok {
-		return nil, errors.New("dedupq/sqs: Options.Create needs a client that can also create, tag and delete queues (sqs.CreateAPI, which *sqs.Client implements)")
+	if _, ok := api.(createAPI); !ok {
+		return nil, errors.New("dedupq/sqs: Options.Create needs a client that can also create, tag and delete queues (as *sqs.Client can)")
 	}
 	if endpoint, known := clientEndpoint(api); known {
 		if why := createRefusal(nameOrURL, endpoint); why != "" {
@@ -228,7 +228,7 @@ func (q *queue) lookup(ctx context.Context, name string) (string, error) {
 	return lookupQueue(ctx, q.api, name)
 }
 
-func lookupQueue(ctx context.Context, api API, name string) (string, error) {
+func lookupQueue(ctx context.Context, api sqsAPI, name string) (string, error) {
 	out, err := api.GetQueueUrl(ctx, &awssqs.GetQueueUrlInput{QueueName: aws.String(name)})
 	var missing *types.QueueDoesNotExist
 	switch {
@@ -254,7 +254,7 @@ func (q *queue) checkDeadLetter(ctx context.Context) error {
 
 // deadLetterARN reads the ARN of the dead-letter queue at url, checking
 // that it is FIFO.
-func deadLetterARN(ctx context.Context, api API, url string) (string, error) {
+func deadLetterARN(ctx context.Context, api sqsAPI, url string) (string, error) {
 	out, err := api.GetQueueAttributes(ctx, &awssqs.GetQueueAttributesInput{
 		QueueUrl:       aws.String(url),
 		AttributeNames: []types.QueueAttributeName{types.QueueAttributeNameQueueArn, types.QueueAttributeNameFifoQueue},
@@ -319,7 +319,7 @@ func (q *queue) create(ctx context.Context) error {
 	if q.current().URL != "" || !q.opts.Create {
 		return nil
 	}
-	api := q.api.(CreateAPI) // checked by openQueue
+	api := q.api.(createAPI) // checked by openQueue
 	if url, err := q.lookup(ctx, q.name); err != nil || url != "" {
 		if err != nil {
 			return err
@@ -359,7 +359,7 @@ func (q *queue) create(ctx context.Context) error {
 // token. ours is true only when the queue is provably this call's. A queue
 // of that name with other attributes is returned as it is, for the caller
 // to check.
-func createQueue(ctx context.Context, api CreateAPI, name string, attrs map[string]string, token string) (url string, ours bool, err error) {
+func createQueue(ctx context.Context, api createAPI, name string, attrs map[string]string, token string) (url string, ours bool, err error) {
 	a := map[string]string{string(types.QueueAttributeNameFifoQueue): "true"}
 	for k, v := range attrs {
 		a[k] = v
@@ -388,7 +388,7 @@ func createQueue(ctx context.Context, api CreateAPI, name string, attrs map[stri
 // the queue exists after all with it as its dead-letter target (another
 // process created both meanwhile): then it stays, and the error says so.
 // ctx may be the one that ran out; the removal gets its own bound.
-func (q *queue) removeDeadLetter(ctx context.Context, api CreateAPI, url, arn string, ours bool) error {
+func (q *queue) removeDeadLetter(ctx context.Context, api createAPI, url, arn string, ours bool) error {
 	if !ours {
 		return nil
 	}

@@ -40,11 +40,10 @@ const (
 	defaultMaxMessageBytes = 256 << 10
 )
 
-// API is the part of the SQS client the adapter uses; *sqs.Client
-// implements it. Tests and users who wrap the client (for tracing, say)
-// can pass their own. SendMessage serves only Terminate's move to the
-// dead-letter queue.
-type API interface {
+// sqsAPI is the part of *sqs.Client the adapter uses, a seam for the tests'
+// wrappers (export_test.go). SendMessage serves only Terminate's move to
+// the dead-letter queue.
+type sqsAPI interface {
 	SendMessageBatch(ctx context.Context, in *awssqs.SendMessageBatchInput, optFns ...func(*awssqs.Options)) (*awssqs.SendMessageBatchOutput, error)
 	ReceiveMessage(ctx context.Context, in *awssqs.ReceiveMessageInput, optFns ...func(*awssqs.Options)) (*awssqs.ReceiveMessageOutput, error)
 	DeleteMessageBatch(ctx context.Context, in *awssqs.DeleteMessageBatchInput, optFns ...func(*awssqs.Options)) (*awssqs.DeleteMessageBatchOutput, error)
@@ -91,9 +90,9 @@ type Options struct {
 	// Nothing is created while opening, only by Provision, once the startup
 	// check passed (see driver.Provisioner). A queue that exists is never
 	// changed: it must have a RedrivePolicy. The queue must be given by
-	// name, and the client must implement CreateAPI; a *sqs.Client
-	// without a BaseEndpoint, or with one of AWS's, is refused: on AWS,
-	// queues are made with infrastructure as code. See the package doc.
+	// name; a client without a BaseEndpoint, or with one of AWS's, is
+	// refused: on AWS, queues are made with infrastructure as code. See
+	// the package doc.
 	Create bool
 	// MaxReceiveCount is the RedrivePolicy maxReceiveCount (1–1000) of a
 	// queue Create makes; zero means DefaultMaxReceiveCount. On a queue
@@ -172,7 +171,7 @@ var queueAttributeNames = []types.QueueAttributeName{
 
 // readQueue reads and checks the queue's attributes. It fails with an error
 // matching ErrNotFIFO for a standard queue, which does not deduplicate.
-func readQueue(ctx context.Context, api API, url string) (QueueInfo, error) {
+func readQueue(ctx context.Context, api sqsAPI, url string) (QueueInfo, error) {
 	out, err := api.GetQueueAttributes(ctx, &awssqs.GetQueueAttributesInput{
 		QueueUrl: aws.String(url), AttributeNames: queueAttributeNames,
 	})
@@ -231,9 +230,9 @@ func parseQueueInfo(url string, a map[string]string) (QueueInfo, error) {
 	return q, nil
 }
 
-// ResolveQueueURL returns nameOrURL if it is a queue URL, else asks SQS for
+// resolveQueueURL returns nameOrURL if it is a queue URL, else asks SQS for
 // the URL of the queue with that name.
-func ResolveQueueURL(ctx context.Context, api API, nameOrURL string) (string, error) {
+func resolveQueueURL(ctx context.Context, api sqsAPI, nameOrURL string) (string, error) {
 	if strings.Contains(nameOrURL, "://") {
 		return nameOrURL, nil
 	}
@@ -248,13 +247,13 @@ func ResolveQueueURL(ctx context.Context, api API, nameOrURL string) (string, er
 func limits(o Options, q QueueInfo) driver.Limits {
 	l := driver.Limits{
 		MaxIDLength:     MaxIDLength,
-		IDAllowed:       ValidIDChar,
+		IDAllowed:       validIDChar,
 		MaxMessageBytes: q.MaxMessageBytes,
 		// One slot each for the markers the adapter may add.
 		MaxAttributes:        MaxAttributes - 1,
 		GroupKeyRequired:     o.DefaultGroup == "",
 		MaxGroupKeyLength:    MaxIDLength,
-		GroupKeyAllowed:      ValidIDChar,
+		GroupKeyAllowed:      validIDChar,
 		AttributeNameAllowed: validAttrName,
 	}
 	if o.HashLongIDs {
@@ -267,7 +266,7 @@ func limits(o Options, q QueueInfo) driver.Limits {
 // Topic is a driver.Topic that sends to one SQS FIFO queue. It is safe for
 // concurrent use.
 type Topic struct {
-	api  API
+	api  sqsAPI
 	opts Options
 	seen recent.IDs
 	q    *queue
@@ -285,10 +284,15 @@ var (
 // publishing. It reads the queue's attributes and fails with an error
 // matching ErrNotFIFO for a standard queue. With Options.Create a missing
 // queue is created by Provision; until then QueueInfo and Window report it
-// as it will be created.
-func OpenTopic(ctx context.Context, api API, queueURL string, opts *Options) (*Topic, error) {
+// as it will be created. To trace or otherwise wrap the client's requests,
+// give it the SDK's own middleware (sqs.Options.APIOptions).
+func OpenTopic(ctx context.Context, client *awssqs.Client, queueURL string, opts *Options) (*Topic, error) {
+	return openTopic(ctx, client, queueURL, opts)
+}
+
+func openTopic(ctx context.Context, api sqsAPI, queueURL string, opts *Options) (*Topic, error) {
 	o := opts.orZero()
-	if o.DefaultGroup != "" && !ValidID(o.DefaultGroup) {
+	if o.DefaultGroup != "" && !validID(o.DefaultGroup) {
 		return nil, fmt.Errorf("dedupq/sqs: DefaultGroup %q is not a valid MessageGroupId (at most %d ASCII letters, digits and punctuation)", o.DefaultGroup, MaxIDLength)
 	}
 	q, err := openQueue(ctx, api, queueURL, o)
@@ -441,11 +445,11 @@ func (t *Topic) entry(i int, m *driver.Message, maxBytes int) (types.SendMessage
 	if group == "" {
 		group = t.opts.DefaultGroup
 	}
-	if !ValidID(group) {
+	if !validID(group) {
 		return e, 0, fmt.Errorf("dedupq/sqs: message %q: MessageGroupId %q is not valid (SQS FIFO requires one of at most %d ASCII letters, digits and punctuation; set a GroupKey or Options.DefaultGroup)", m.ID, group, MaxIDLength)
 	}
 	id, hashed := wireID(m.ID, t.opts.HashLongIDs)
-	if !ValidID(id) {
+	if !validID(id) {
 		return e, 0, fmt.Errorf("dedupq/sqs: message %q: not a valid MessageDeduplicationId (at most %d ASCII letters, digits and punctuation; Options.HashLongIDs maps other IDs to a hash)", m.ID, MaxIDLength)
 	}
 	attrs := make(map[string]types.MessageAttributeValue, len(m.Attributes)+2)

@@ -40,7 +40,7 @@ func ctxFor(t *testing.T, d time.Duration) context.Context {
 
 func openTopic(t *testing.T, api sqs.API, url string, o *sqs.Options) *sqs.Topic {
 	t.Helper()
-	tp, err := sqs.OpenTopic(ctxFor(t, 10*time.Second), api, url, o)
+	tp, err := sqs.OpenTopicAPI(ctxFor(t, 10*time.Second), api, url, o)
 	if err != nil {
 		t.Fatalf("OpenTopic: %v", err)
 	}
@@ -49,7 +49,7 @@ func openTopic(t *testing.T, api sqs.API, url string, o *sqs.Options) *sqs.Topic
 
 func openSub(t *testing.T, api sqs.API, url string, o *sqs.Options) *sqs.Subscription {
 	t.Helper()
-	s, err := sqs.OpenSubscription(ctxFor(t, 10*time.Second), api, url, o)
+	s, err := sqs.OpenSubscriptionAPI(ctxFor(t, 10*time.Second), api, url, o)
 	if err != nil {
 		t.Fatalf("OpenSubscription: %v", err)
 	}
@@ -240,7 +240,7 @@ func TestRoundTrip(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer con.Close()
+	defer con.Close(t.Context())
 	var mu sync.Mutex
 	got := map[string][]dedupq.Delivery{}
 	all := make(chan struct{})

@@ -24,7 +24,7 @@ import (
 // Subscription is a driver.Subscription that receives from one SQS FIFO
 // queue. It is safe for concurrent use.
 type Subscription struct {
-	api  API
+	api  sqsAPI
 	opts Options
 	del  *deleter
 	q    *queue
@@ -44,8 +44,13 @@ var (
 // for consuming. It reads the queue's attributes and fails with an error
 // matching ErrNotFIFO for a standard queue. With Options.Create a missing
 // queue is created by Provision; until then QueueInfo, Window and
-// Redelivery report it as it will be created.
-func OpenSubscription(ctx context.Context, api API, queueURL string, opts *Options) (*Subscription, error) {
+// Redelivery report it as it will be created. See OpenTopic for wrapping
+// the client.
+func OpenSubscription(ctx context.Context, client *awssqs.Client, queueURL string, opts *Options) (*Subscription, error) {
+	return openSubscription(ctx, client, queueURL, opts)
+}
+
+func openSubscription(ctx context.Context, api sqsAPI, queueURL string, opts *Options) (*Subscription, error) {
 	o := opts.orZero()
 	if o.WaitTime < 0 || o.WaitTime > maxWait {
 		return nil, fmt.Errorf("dedupq/sqs: WaitTime %s is outside SQS's 0–20s", o.WaitTime)
@@ -405,7 +410,7 @@ func (s *Subscription) Close() error {
 // to 10 entries: the first pending ack waits up to linger for others, and a
 // full batch goes at once.
 type deleter struct {
-	api    API
+	api    sqsAPI
 	url    func() string // the queue exists before anything is acked
 	linger time.Duration
 
@@ -421,7 +426,7 @@ type deleteReq struct {
 	done   chan error // buffered: the sender never blocks
 }
 
-func newDeleter(api API, url func() string, linger time.Duration) *deleter {
+func newDeleter(api sqsAPI, url func() string, linger time.Duration) *deleter {
 	return &deleter{api: api, url: url, linger: linger}
 }
 

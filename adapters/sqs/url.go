@@ -151,7 +151,7 @@ func ParseURL(u *url.URL) (queue, region, endpoint string, opts *Options, err er
 		}
 	}
 	o := &Options{DefaultGroup: q.Get("group")}
-	if q.Has("group") && !ValidID(o.DefaultGroup) {
+	if q.Has("group") && !validID(o.DefaultGroup) {
 		return "", "", "", nil, bad("group", "not a valid MessageGroupId (1–128 ASCII letters, digits and punctuation)")
 	}
 	if q.Has("hash_long_ids") {
@@ -224,7 +224,7 @@ func ParseURL(u *url.URL) (queue, region, endpoint string, opts *Options, err er
 	return queue, region, endpoint, o, nil
 }
 
-func (o *URLOpener) open(ctx context.Context, u *url.URL) (API, string, *Options, error) {
+func (o *URLOpener) open(ctx context.Context, u *url.URL) (*awssqs.Client, string, *Options, error) {
 	queue, region, endpoint, opts, err := ParseURL(u)
 	if err != nil {
 		return nil, "", nil, err

@@ -169,7 +169,7 @@ func TestOpenByURL(t *testing.T) {
 			if err != nil {
 				t.Fatalf("OpenConsumer: %v", err)
 			}
-			defer con.Close()
+			defer con.Close(t.Context())
 			if r := con.Redelivery(); r.AckWait != 40*time.Second || !r.Unlimited() {
 				t.Errorf("Redelivery = %v, want 40s unlimited", r)
 			}

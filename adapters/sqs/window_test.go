@@ -129,7 +129,7 @@ func TestConsumerCheckUsesQueueRedelivery(t *testing.T) {
 				if err != nil {
 					t.Fatalf("NewConsumer: %v", err)
 				}
-				con.Close()
+				con.Close(t.Context())
 				return
 			}
 			sub.Close()

@@ -36,7 +36,7 @@ func Example() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	defer con.Close()
+	defer con.Close(ctx)
 	runCtx, stop := context.WithCancel(ctx)
 	done := make(chan error)
 	go func() {

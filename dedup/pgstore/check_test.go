@@ -146,7 +146,7 @@ func TestConsumerStartupFailsOnMissingTable(t *testing.T) {
 			defer sub.Close()
 			con, err := dedupq.NewConsumer(context.Background(), sub, dedupq.ConsumerOptions{Dedup: tt.dedup})
 			if err == nil {
-				con.Close()
+				con.Close(context.Background())
 				t.Fatal("the consumer started on a missing dedup table")
 			}
 			if !errors.Is(err, dedup.ErrNotReady) || !strings.Contains(err.Error(), "pgstore.EnsureSchema") || !strings.Contains(err.Error(), table) {

@@ -53,7 +53,7 @@ func ExampleTxGuard() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	defer con.Close()
+	defer con.Close(ctx)
 	if err := con.Run(ctx, charge); err != nil {
 		log.Fatal(err)
 	}

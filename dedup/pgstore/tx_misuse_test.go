@@ -76,7 +76,7 @@ func TestTxOutsideTxGuard(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			defer con.Close()
+			defer con.Close(t.Context())
 
 			var mu sync.Mutex
 			var attempts []int

@@ -108,7 +108,7 @@ func TestConsumerStartupFailsOnDeadRedis(t *testing.T) {
 			defer cancel()
 			con, err := tt.open(ctx)
 			if err == nil {
-				con.Close()
+				con.Close(context.Background())
 				t.Fatal("the consumer started with a dedup store on a closed port")
 			}
 			if !errors.Is(err, dedup.ErrNotReady) || !errors.Is(err, dedup.ErrStoreUnavailable) || !strings.Contains(err.Error(), addr) {

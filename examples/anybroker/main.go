@@ -127,7 +127,7 @@ func run(ctx context.Context, out io.Writer, rawURL string) error {
 	if err != nil {
 		return err
 	}
-	defer con.Close()
+	defer con.Close(ctx)
 	pub, err := openPublisher(ctx, out, rawURL, guard != nil)
 	if err != nil {
 		return err

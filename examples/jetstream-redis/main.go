@@ -66,7 +66,7 @@ func run(ctx context.Context, queueURL string, rdb redis.UniversalClient, orderI
 	if err != nil {
 		return err
 	}
-	defer con.Close()
+	defer con.Close(ctx)
 
 	ctx, stop := context.WithTimeout(ctx, 30*time.Second)
 	defer stop()

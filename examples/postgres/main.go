@@ -89,7 +89,7 @@ func run(ctx context.Context, pool *pgxpool.Pool, queue string) error {
 	if err != nil {
 		return err
 	}
-	defer con.Close()
+	defer con.Close(ctx)
 	runCtx, stop := context.WithCancel(ctx)
 	defer stop()
 	done := make(chan error, 1)

@@ -89,7 +89,7 @@ func run(out *os.File) error {
 	if err != nil {
 		return err
 	}
-	defer con.Close()
+	defer con.Close(ctx)
 	fmt.Fprintf(out, "consumer: redelivery %s, dedup TTL %s\n", con.Redelivery(), guard.TTL())
 
 	var mu sync.Mutex

@@ -66,7 +66,7 @@ func run(ctx context.Context, queueURL string) error {
 	if err != nil {
 		return err
 	}
-	defer con.Close()
+	defer con.Close(ctx)
 	fmt.Println(con.Redelivery())
 
 	ctx, stop := context.WithTimeout(ctx, 30*time.Second)

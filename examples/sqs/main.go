@@ -77,7 +77,7 @@ func run(ctx context.Context, client *awssqs.Client, queueURL string) error {
 		sub.Close()
 		return err // no dead-letter queue: redelivery is unbounded
 	}
-	defer con.Close()
+	defer con.Close(ctx)
 	fmt.Println(con.Redelivery())
 
 	ctx, stop := context.WithTimeout(ctx, 30*time.Second)

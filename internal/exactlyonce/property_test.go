@@ -355,7 +355,7 @@ func TestIssue9Defect1(t *testing.T) {
 	defer sub.Close()
 	con, err := dedupq.NewConsumer(ctx, sub, dedupq.ConsumerOptions{Dedup: guard, PublisherSpan: retry.Span(), Clock: clk})
 	if err == nil {
-		con.Close()
+		con.Close(ctx)
 		t.Fatal("NewConsumer accepted a Guard TTL of 8m12s for a 10m publisher span over a 5m window and 1m30s of redelivery")
 	}
 	var ue *window.UnsafeRetryError

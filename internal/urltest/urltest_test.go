@@ -147,7 +147,7 @@ func checkURL(t *testing.T, sch scheme, raw string, openAccepted bool) outcome {
 		}
 		c, conErr := dedupq.OpenConsumer(ctx, raw, dedupq.ConsumerOptions{})
 		if conErr == nil {
-			c.Close()
+			c.Close(ctx)
 		}
 		check("OpenPublisher", pubErr)
 		check("OpenConsumer", conErr)
@@ -364,7 +364,7 @@ func parseErr(t *testing.T, sch scheme, raw string) *dedupq.ParamError {
 	} else {
 		var c *dedupq.Consumer
 		if c, err = dedupq.OpenConsumer(t.Context(), raw, dedupq.ConsumerOptions{}); err == nil {
-			c.Close()
+			c.Close(t.Context())
 		}
 	}
 	var pe *dedupq.ParamError

@@ -50,7 +50,7 @@ func Example() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	defer con.Close()
+	defer con.Close(ctx)
 	fmt.Println(con.Redelivery())
 	runCtx, stop := context.WithCancel(ctx)
 	handled := 0

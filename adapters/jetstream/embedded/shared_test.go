@@ -135,7 +135,7 @@ func TestReopenAfterClose(t *testing.T) {
 	if len(got) != 2 || got[0] != "a" || got[1] != "b" {
 		t.Errorf("consumed %q, want [a b]", got)
 	}
-	if err := con.Close(); err != nil {
+	if err := con.Close(t.Context()); err != nil {
 		t.Fatal(err)
 	}
 	noLeak(t, baseline)
