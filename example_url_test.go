@@ -35,7 +35,7 @@ func ExampleOpenPublisher() {
 		fmt.Printf("stored as %s, duplicate %v\n", res.BackendID, res.Duplicate)
 	}
 	// Output:
-	// mem dedup window 2m (configured on the entity, configured, scope queue example-open-publisher)
+	// mem dedup window 2m (configured on the entity, given by the program, scope queue example-open-publisher)
 	// stored as 1, duplicate false
 	// stored as 1, duplicate true
 }

@@ -138,7 +138,7 @@ func (s Source) String() string {
 	case SourceDiscovered:
 		return "discovered from the broker"
 	case SourceConfigured:
-		return "configured"
+		return "given by the program"
 	}
 	return fmt.Sprintf("Source(%d)", int(s))
 }
