@@ -56,6 +56,9 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
+// policy is the retry policy of the side-by-side cases, shown in README.md.
+var policy = filepath.Join("testdata", "policy.json")
+
 // secret is a query value no output may show.
 const secret = "hunter2-not-shown"
 
@@ -133,10 +136,6 @@ func shellJoin(args []string) string {
 // TestCheckNoServices runs the command on the backends that live inside
 // it.
 func TestCheckNoServices(t *testing.T) {
-	policy := filepath.Join(t.TempDir(), "policy.json")
-	if err := os.WriteFile(policy, []byte(`{"max_attempts": 10, "max_backoff": "1m"}`), 0o644); err != nil {
-		t.Fatal(err)
-	}
 	const memURL = "mem://orders?window=2m&ack_wait=30s&max_deliveries=5"
 	const embeddedURL = "jetstream://embedded/ORDERS?subject=orders&durable=worker&create=true&max_deliveries=5"
 	cases := []cmdCase{
@@ -144,7 +143,7 @@ func TestCheckNoServices(t *testing.T) {
 		{golden: "mem-unsafe", args: []string{"check", "--max-attempts", "10", "--max-backoff", "1m", "mem://orders?window=1m&ack_wait=30s"}, wantCode: 1},
 		{golden: "mem-json", args: []string{"check", "--json", "--dedup-ttl", "1m", "mem://orders?window=1m&ack_wait=30s"}, wantCode: 1},
 		{golden: "embedded", args: []string{"check", "--dedup-ttl", "10m", embeddedURL}},
-		{golden: "policy-file", args: []string{"check", "--policy", policy, embeddedURL, "mem://orders?window=5m&ack_wait=30s&max_deliveries=5"},
+		{golden: "policy-file", args: []string{"check", "--policy", policy, embeddedURL, "mem://orders?window=10m&ack_wait=30s&max_deliveries=5"},
 			wantCode: 1, replace: map[string]string{policy: "policy.json"}},
 		// The flag beats the file.
 		{golden: "policy-file-flag", args: []string{"check", "--policy", policy, "--max-attempts", "3", memURL},
@@ -266,10 +265,6 @@ func TestCheckEmulators(t *testing.T) {
 	replace := map[string]string{sbHost: "127.0.0.1:PORT", emu.Endpoint: "http://127.0.0.1:PORT"}
 	secrets := []string{emu.Endpoint, d.ConnectionString()}
 
-	policy := filepath.Join(t.TempDir(), "policy.json")
-	if err := os.WriteFile(policy, []byte(`{"max_attempts": 10, "initial_backoff": "1s", "multiplier": 2, "max_backoff": "2m", "jitter": 0.2, "attempt_timeout": "10s"}`), 0o644); err != nil {
-		t.Fatal(err)
-	}
 	replace[policy] = "policy.json"
 	for _, c := range []cmdCase{
 		{golden: "servicebus", args: []string{"check", "--dedup-ttl", "1h", sbURL}},
@@ -295,5 +290,54 @@ func TestCheckEmulators(t *testing.T) {
 	}
 	if len(out.QueueUrls) != 0 {
 		t.Errorf("queues after the check: %v; want none", out.QueueUrls)
+	}
+}
+
+// TestREADME: every fenced block of README.md whose preceding text names a
+// file under cmd/dedupq/testdata is that file, so the output the README
+// shows is what the command prints (the golden tests above keep the files
+// true).
+func TestREADME(t *testing.T) {
+	text, err := os.ReadFile(filepath.Join("..", "..", "README.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	named := regexp.MustCompile(`cmd/dedupq/(testdata/[A-Za-z0-9_.-]+)`)
+	var (
+		prev, file string
+		in         bool
+		body       strings.Builder
+		checked    int
+	)
+	for line := range strings.SplitSeq(string(text), "\n") {
+		switch {
+		case !in && strings.HasPrefix(line, "```"):
+			in, file = true, ""
+			if m := named.FindAllStringSubmatch(prev, -1); m != nil {
+				file = m[len(m)-1][1]
+			}
+			body.Reset()
+		case in && strings.TrimSpace(line) == "```":
+			in = false
+			if file == "" {
+				continue
+			}
+			want, err := os.ReadFile(file)
+			if err != nil {
+				t.Errorf("README.md names %s: %v", file, err)
+				continue
+			}
+			if body.String() != string(want) {
+				t.Errorf("README.md's block after %q differs from %s\nREADME:\n%s\nfile:\n%s", prev, file, body.String(), want)
+			}
+			checked++
+		case in:
+			body.WriteString(line + "\n")
+		case strings.TrimSpace(line) != "":
+			prev = line
+		}
+	}
+	if checked < 3 {
+		t.Errorf("README.md shows %d blocks of cmd/dedupq/testdata, want the check's output on two backends and the policy", checked)
 	}
 }
