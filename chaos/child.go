@@ -197,6 +197,11 @@ func consumeChild(args []string) error {
 				return dedupq.Permanent(fmt.Errorf("unknown message %q", d.Message.ID))
 			}
 			_, err := pool.Exec(ctx, `INSERT INTO effects (id, instance, attempt, recorded) VALUES ($1, $2, $3, false)`, id, *instance, d.Attempt)
+			if err != nil && ctx.Err() == nil {
+				// This insert fails only when PostgreSQL is away: say so,
+				// and the consumer holds the delivery until it is back.
+				return fmt.Errorf("%w: writing the effect: %w", dedupq.ErrUnavailable, err)
+			}
 			return err
 		}
 	default:
