@@ -32,6 +32,7 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"io"
 	"os"
 	"os/signal"
 	"syscall"
@@ -145,7 +146,7 @@ func (c *config) check() error {
 // run runs one configuration. A nil result comes with an error that kept
 // the run from starting or finishing; a result with an error is a run
 // that got far enough to count.
-func run(ctx context.Context, cfg config, log *os.File) (*result, error) {
+func run(ctx context.Context, cfg config, log io.Writer) (*result, error) {
 	if cfg.backend == "mem" {
 		return runMem(ctx, cfg, newLogger(log, cfg.verbose))
 	}
