@@ -49,6 +49,13 @@ type worker struct {
 	finished  bool      // a publisher that sent everything
 	failures  int
 
+	// killAt, when positive, makes the publisher's output handler
+	// SIGKILL it as soon as it reports that many sends: at once, not at
+	// the next tick, by which a fast publisher may have finished.
+	killAt    int64
+	cur       atomic.Pointer[proc]
+	killedMid atomic.Bool
+
 	progress   atomic.Int64 // publisher: sends so far
 	deliveries atomic.Int64 // consumer: deliveries so far
 	stats      atomic.Pointer[consumerStats]
@@ -202,6 +209,7 @@ func runProcesses(ctx context.Context, cfg config, log *logger) (res *result, er
 		}
 		go func() { <-p.exited; errLog.Close() }()
 		w.p = p
+		w.cur.Store(p)
 		return nil
 	}
 
@@ -212,9 +220,14 @@ func runProcesses(ctx context.Context, cfg config, log *logger) (res *result, er
 			return nil, err
 		}
 	}
+	sends := len(sendOrder(cfg.n, 0, cfg.publishers, cfg.dupRatio, cfg.seed))
+	pubKillAt := publisherKillAt(cfg, sends)
 	publishers := make([]*worker, cfg.publishers)
 	for i := range publishers {
 		publishers[i] = &worker{role: "publish", index: i}
+		if i == 0 {
+			publishers[i].killAt = int64(pubKillAt)
+		}
 		if err := startWorker(publishers[i]); err != nil {
 			return nil, err
 		}
@@ -233,8 +246,6 @@ func runProcesses(ctx context.Context, cfg config, log *logger) (res *result, er
 		serverNames = append(serverNames, n)
 	}
 	faults := schedule(cfg, serverNames)
-	sends := len(sendOrder(cfg.n, 0, cfg.publishers, cfg.dupRatio, cfg.seed))
-	pubKillAt := publisherKillAt(cfg, sends)
 	pubKilled := false
 	rng := rand.New(rand.NewPCG(cfg.seed, 0x5eed))
 	var outages []outage
@@ -307,12 +318,11 @@ loop:
 			}
 			f.fired = true
 		}
-		// The publisher killed mid-stream.
-		if p := publishers[0]; !pubKilled && p.gen == 1 && p.p != nil && !p.p.done() && int(p.progress.Load()) >= pubKillAt {
+		// The publisher killed mid-stream (by its output handler).
+		if p := publishers[0]; !pubKilled && p.killedMid.Load() && p.p.done() {
 			pubKilled = true
-			log.Printf("fault: SIGKILL publisher %s (pid %d) after %d of %d sends; it starts again from the beginning", p.instance, p.p.pid(), p.progress.Load(), sends)
+			log.Printf("fault: SIGKILLed publisher %s (pid %d) after %d of %d sends; it starts again from the beginning", p.instance, p.p.pid(), p.progress.Load(), sends)
 			p.killed = true
-			p.p.stop(syscall.SIGKILL, 5*time.Second)
 			p.restartAt = now
 		}
 		// Exits and restarts.
@@ -349,6 +359,10 @@ loop:
 		published := true
 		for _, w := range publishers {
 			published = published && w.finished
+		}
+		if published && !pubKilled {
+			pubKilled = true
+			res.problem("publisher 0 sent everything before its kill at %d sends: the run proves less than it should", pubKillAt)
 		}
 		if !published || !allFired(faults) {
 			if now.After(hardDeadline) {
@@ -442,6 +456,9 @@ func (w *worker) line(s string) {
 	case "progress":
 		if n, err := strconv.ParseInt(rest, 10, 64); err == nil {
 			w.progress.Store(n)
+			if p := w.cur.Load(); w.killAt > 0 && n >= w.killAt && p != nil && w.killedMid.CompareAndSwap(false, true) {
+				_ = p.cmd.Process.Kill()
+			}
 		}
 	case "tick":
 		if n, err := strconv.ParseInt(rest, 10, 64); err == nil {
