@@ -177,7 +177,11 @@ func consumeChild(args []string) error {
 			}
 			ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 			defer cancel()
-			if _, err := pool.Exec(ctx, `UPDATE effects SET recorded = true WHERE id = $1 AND instance = $2 AND NOT recorded`, id, *instance); err != nil {
+			// Only the latest row: an earlier one of this process (its
+			// insert committed, but the answer was lost and the handler
+			// ran again) stays unrecorded, as it was.
+			if _, err := pool.Exec(ctx, `UPDATE effects SET recorded = true WHERE ctid = (
+	SELECT ctid FROM effects WHERE id = $1 AND instance = $2 AND NOT recorded ORDER BY at DESC LIMIT 1)`, id, *instance); err != nil {
 				logger.Warn("chaos: marking an effect recorded failed; it counts as unrecorded", "id", key, "err", err)
 			}
 		}
