@@ -149,6 +149,7 @@ func TestCheckNoServices(t *testing.T) {
 		{golden: "policy-file-flag", args: []string{"check", "--policy", policy, "--max-attempts", "3", memURL},
 			replace: map[string]string{policy: "policy.json"}},
 		{golden: "cannot-open", args: []string{"check", "mem://orders?token=" + secret, memURL}, wantCode: 2},
+		{golden: "malformed", args: []string{"check", "mem://ord%zz?token=" + secret}, wantCode: 2},
 		{golden: "unknown-scheme", args: []string{"check", "kafka://orders?password=" + secret}, wantCode: 2},
 	}
 	for _, c := range cases {
