@@ -249,7 +249,7 @@ func windowOf(e Entity, p EntityProperties, stated bool) window.Window {
 		// Stated by the program (Options.Stated), not read from the
 		// entity: the label says so wherever the window is printed.
 		src = window.SourceConfigured
-		scope += ", stated by the program, not read from the entity"
+		scope += ", not read from the entity"
 	}
 	w := window.Window{Backend: Backend, Source: src, Scope: scope}
 	if p.RequiresDuplicateDetection && p.DuplicateDetectionWindow > 0 {

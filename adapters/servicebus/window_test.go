@@ -137,7 +137,7 @@ func TestStatedWindow(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if w.Source != window.SourceConfigured || !strings.Contains(w.String(), "stated by the program, not read from the entity") {
+	if w.Source != window.SourceConfigured || !strings.Contains(w.String(), "given by the program, scope queue "+q+", not read from the entity") {
 		t.Errorf("stated window = %s, want SourceConfigured and labelled as stated", w)
 	}
 	if a.calls.Load() != 0 {
