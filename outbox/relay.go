@@ -92,7 +92,7 @@ func (e *ParkedError) Error() string {
 		"message %q: if they did, mark it sent (UPDATE %s SET sent_at = now(), parked_at = NULL WHERE id = %d); if not, "+
 		"send it again as new (UPDATE %s SET parked_at = NULL, first_attempt_at = NULL, attempts = 0 WHERE id = %d). "+
 		"To resend later rows automatically, raise the broker window or declare Options.ConsumerDedupTTL.",
-		e.RowID, e.MessageID, window.FormatDuration(e.Age), window.FormatDuration(e.ResendFor), e.MessageID,
+		e.RowID, e.MessageID, window.FormatDuration(e.Age.Round(time.Millisecond)), window.FormatDuration(e.ResendFor), e.MessageID,
 		e.Table, e.RowID, e.Table, e.RowID)
 }
 
