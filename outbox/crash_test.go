@@ -90,12 +90,12 @@ func TestCrashAtEveryStep(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, tt := range []struct {
-		step       string
-		wantResent int64
+		step                 string
+		wantResent, wantDups int64
 	}{
-		{step: "claimed", wantResent: 1},   // killed before publishing
-		{step: "published", wantResent: 1}, // after publishing, before marking
-		{step: "marked", wantResent: 0},    // after marking
+		{step: "claimed", wantResent: 1},                // killed before publishing
+		{step: "published", wantResent: 1, wantDups: 1}, // after publishing, before marking
+		{step: "marked"},                                // after marking
 	} {
 		t.Run(tt.step, func(t *testing.T) {
 			ctx := context.Background()
@@ -126,11 +126,12 @@ func TestCrashAtEveryStep(t *testing.T) {
 				t.Fatal(err)
 			}
 			pending, parked := status(t, pool, table)
-			t.Logf("killed at %s: stream holds %d message(s); survivor resent %d; pending %d, parked %d",
-				tt.step, info.State.Msgs, survivor.Stats().Resent, pending, parked)
-			if info.State.Msgs != 1 || pending != 0 || parked != 0 || survivor.Stats().Resent != tt.wantResent {
-				t.Fatalf("stream holds %d, pending %d, parked %d, resent %d; want 1, 0, 0, %d",
-					info.State.Msgs, pending, parked, survivor.Stats().Resent, tt.wantResent)
+			st := survivor.Stats()
+			t.Logf("killed at %s: stream holds %d message(s); survivor resent %d, PubAck duplicate %d; pending %d, parked %d",
+				tt.step, info.State.Msgs, st.Resent, st.Duplicates, pending, parked)
+			if info.State.Msgs != 1 || pending != 0 || parked != 0 || st.Resent != tt.wantResent || st.Duplicates != tt.wantDups {
+				t.Fatalf("stream holds %d, pending %d, parked %d, resent %d, duplicates %d; want 1, 0, 0, %d, %d",
+					info.State.Msgs, pending, parked, st.Resent, st.Duplicates, tt.wantResent, tt.wantDups)
 			}
 		})
 	}

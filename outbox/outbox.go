@@ -161,8 +161,16 @@ func insert(ctx context.Context, tx pgx.Tx, table string, msgs []*dedupq.Message
 			}
 		}
 	}
-	// One statement over arrays keeps the caller's transaction to one round
-	// trip; WITH ORDINALITY keeps the ids in the order of msgs. The NOTIFY
+	// Ids are taken at INSERT, not at commit: two transactions enqueuing
+	// into one group could commit in the other order than their ids and a
+	// relay would publish the later commit first. A transaction-scoped lock
+	// per group (in sorted order, so two enqueuers cannot deadlock) makes
+	// a group's enqueuers take their ids one after the other.
+	if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock(hashtextextended($1 || '/' || g, 0))
+FROM (SELECT DISTINCT g FROM unnest($2::text[]) AS u(g) WHERE g <> '' ORDER BY g) AS s`, t, groups); err != nil {
+		return fmt.Errorf("outbox: enqueue: locking groups: %w", err)
+	}
+	// One statement over arrays inserts every row in one round trip; WITH ORDINALITY keeps the ids in the order of msgs. The NOTIFY
 	// is delivered when tx commits, and not at all if it rolls back.
 	sql := fmt.Sprintf(`WITH ins AS (
 	INSERT INTO %s (msg_id, group_key, body, attributes)

@@ -426,6 +426,13 @@ func TestRunWakesOnNotify(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- r.Run(ctx) }()
+	stopped := false
+	t.Cleanup(func() { // before the pool closes, even after a Fatal
+		if !stopped {
+			cancel()
+			<-done
+		}
+	})
 	enqueue(t, pool, r, &dedupq.Message{ID: "n1"})
 	deadline := time.Now().Add(10 * time.Second)
 	for r.Stats().Sent < 1 {
@@ -435,6 +442,7 @@ func TestRunWakesOnNotify(t *testing.T) {
 		time.Sleep(5 * time.Millisecond)
 	}
 	cancel()
+	stopped = true
 	if err := <-done; err != nil {
 		t.Fatalf("Run: %v", err)
 	}

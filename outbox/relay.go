@@ -66,7 +66,7 @@ type Relay struct {
 	resendFor time.Duration
 	lease     time.Duration
 
-	sent, parked, resent atomic.Int64
+	sent, parked, resent, dups atomic.Int64
 	// hook, set by tests only, is called at each step of a batch.
 	hook func(step string)
 }
@@ -98,7 +98,15 @@ func (e *ParkedError) Error() string {
 
 // Stats counts what a Relay did since it was made.
 type Stats struct {
-	Sent, Parked, Resent int64
+	// Sent counts rows published and marked sent.
+	Sent int64
+	// Parked counts rows parked rather than resent.
+	Parked int64
+	// Resent counts rows published again after an earlier attempt.
+	Resent int64
+	// Duplicates counts rows the broker reported as already stored:
+	// resends that the window made harmless.
+	Duplicates int64
 }
 
 func marginOf(m float64) float64 {
@@ -174,7 +182,7 @@ func (r *Relay) Span() time.Duration { return r.retrySpan + r.resendFor }
 
 // Stats returns what the relay did so far.
 func (r *Relay) Stats() Stats {
-	return Stats{Sent: r.sent.Load(), Parked: r.parked.Load(), Resent: r.resent.Load()}
+	return Stats{Sent: r.sent.Load(), Parked: r.parked.Load(), Resent: r.resent.Load(), Duplicates: r.dups.Load()}
 }
 
 // Enqueue is the package's Enqueue into the relay's table, checking msgs
@@ -200,7 +208,8 @@ func (r *Relay) step(s string) {
 }
 
 // RunOnce claims one batch of rows, publishes them and marks them sent,
-// and returns how many rows it claimed (parked ones included). The
+// and returns how many rows it published or tried to (not those it
+// parked). The
 // publish is bounded by the lease, not by ctx, once it has begun, so that
 // a shutdown does not leave a row published and unmarked.
 func (r *Relay) RunOnce(ctx context.Context) (int, error) {
@@ -224,6 +233,9 @@ func (r *Relay) RunOnce(ctx context.Context) (int, error) {
 	for i, row := range rows {
 		if perr == nil || (i < len(results) && results[i].Err == nil) {
 			sent = append(sent, row.id)
+			if i < len(results) && results[i].Duplicate {
+				r.dups.Add(1)
+			}
 		} else {
 			failed = append(failed, row.id)
 		}
