@@ -450,3 +450,28 @@ func TestRunWakesOnNotify(t *testing.T) {
 		t.Fatalf("stored %d", s.Published)
 	}
 }
+
+// Sent rows stay KeepSent, then Sweep deletes them; unsent rows stay.
+func TestSweep(t *testing.T) {
+	pool := newPool(t)
+	table := newTable(t, pool)
+	clk := clock.NewFake(time.Now())
+	broker := mem.NewBroker(mem.Options{DedupWindow: 2 * time.Minute, Clock: clk})
+	r := newRelay(t, pool, newPublisher(t, broker.Topic("q")), outbox.Options{Table: table, Clock: clk, KeepSent: time.Hour})
+	enqueue(t, pool, r, &dedupq.Message{ID: "a"}, &dedupq.Message{ID: "b"})
+	drain(t, r)
+	enqueue(t, pool, r, &dedupq.Message{ID: "c"})
+	for _, tt := range []struct {
+		advance time.Duration
+		want    int64
+	}{{30 * time.Minute, 0}, {31 * time.Minute, 2}, {0, 0}} {
+		clk.Advance(tt.advance)
+		n, err := r.Sweep(context.Background())
+		if err != nil || n != tt.want {
+			t.Fatalf("after +%s: swept %d (%v), want %d", tt.advance, n, err, tt.want)
+		}
+	}
+	if p, _ := status(t, pool, table); p != 1 {
+		t.Fatalf("pending %d, want the unsent row kept", p)
+	}
+}
