@@ -475,3 +475,24 @@ func TestSweep(t *testing.T) {
 		t.Fatalf("pending %d, want the unsent row kept", p)
 	}
 }
+
+func TestCheck(t *testing.T) {
+	pool := newPool(t)
+	broker := mem.NewBroker(mem.Options{DedupWindow: 2 * time.Minute})
+	pub := newPublisher(t, broker.Topic("q"))
+	for _, tt := range []struct {
+		name    string
+		table   string
+		wantErr bool
+	}{
+		{name: "migrated", table: newTable(t, pool)},
+		{name: "missing", table: randName("outbox_missing_"), wantErr: true},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			err := newRelay(t, pool, pub, outbox.Options{Table: tt.table}).Check(context.Background())
+			if (err != nil) != tt.wantErr || (err != nil && !strings.Contains(err.Error(), "EnsureSchema")) {
+				t.Fatalf("Check: %v", err)
+			}
+		})
+	}
+}

@@ -394,3 +394,15 @@ func (r *Relay) Run(ctx context.Context) error {
 	}
 	return nil
 }
+
+// Check finds out, before any row is relayed, whether the database answers
+// and the table has the columns the relay's statements use; the error says
+// how to create it (EnsureSchema, or Migration's SQL in your migrations).
+func (r *Relay) Check(ctx context.Context) error {
+	_, err := r.pool.Exec(ctx, fmt.Sprintf(`SELECT id, msg_id, group_key, body, attributes, created_at, first_attempt_at,
+	attempts, claimed_until, sent_at, parked_at, park_reason FROM %s LIMIT 0`, r.table))
+	if err != nil {
+		return fmt.Errorf("outbox: table %s is not usable (create it with outbox.EnsureSchema or outbox.Migration's SQL): %w", r.table, err)
+	}
+	return nil
+}
