@@ -159,6 +159,39 @@ func (p *Publisher) PublishBatch(ctx context.Context, msgs []*Message) ([]Result
 		return nil, err
 	}
 	defer p.exit()
+	out, results, err := p.prepare(msgs)
+	if err != nil {
+		return results, err
+	}
+	chunk := max(p.topic.MaxBatch(), 1)
+	for start := 0; start < len(out); start += chunk {
+		end := min(start+chunk, len(out))
+		p.sendWithRetry(ctx, start, out[start:end], results[start:end])
+	}
+	var failed []error
+	for _, r := range results {
+		if r.Err != nil {
+			failed = append(failed, r.Err)
+		}
+	}
+	if failed != nil {
+		return results, &BatchError{Total: len(msgs), Failed: failed}
+	}
+	return results, nil
+}
+
+// Validate checks msgs as PublishBatch does before it sends anything (the
+// backend's limits, a derived ID from KeyFunc), without sending: nil, or a
+// *BatchError like PublishBatch's. A transactional outbox calls it before
+// it stores messages that will be published later.
+func (p *Publisher) Validate(msgs ...*Message) error {
+	_, _, err := p.prepare(msgs)
+	return err
+}
+
+// prepare converts and validates msgs. If any is invalid, the error is a
+// *BatchError listing every message and nothing may be sent.
+func (p *Publisher) prepare(msgs []*Message) ([]*driver.Message, []Result, error) {
 	p.mu.Lock()
 	backend, limits := p.win.Backend, p.limits
 	p.mu.Unlock()
@@ -197,23 +230,9 @@ func (p *Publisher) PublishBatch(ctx context.Context, msgs []*Message) ([]Result
 		for i, r := range results {
 			failed[i] = r.Err
 		}
-		return results, &BatchError{Total: len(msgs), Failed: failed}
+		return nil, results, &BatchError{Total: len(msgs), Failed: failed}
 	}
-	chunk := max(p.topic.MaxBatch(), 1)
-	for start := 0; start < len(out); start += chunk {
-		end := min(start+chunk, len(out))
-		p.sendWithRetry(ctx, start, out[start:end], results[start:end])
-	}
-	var failed []error
-	for _, r := range results {
-		if r.Err != nil {
-			failed = append(failed, r.Err)
-		}
-	}
-	if failed != nil {
-		return results, &BatchError{Total: len(msgs), Failed: failed}
-	}
-	return results, nil
+	return out, results, nil
 }
 
 // sendWithRetry sends one chunk, resending only the failed entries.

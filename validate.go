@@ -71,3 +71,23 @@ func checkKey(maxLen int, allowed func(rune) bool, s string) string {
 	}
 	return ""
 }
+
+// Validate checks msgs against what every backend requires (a non-empty,
+// valid UTF-8 ID; a valid group key when one is given), without a
+// Publisher: nil, or a *BatchError listing each invalid message as a
+// *ValidationError. Publisher.Validate also checks the backend's limits.
+func Validate(msgs ...*Message) error {
+	var failed []error
+	for i, m := range msgs {
+		if m == nil {
+			m = &Message{}
+		}
+		if err := validate("", driver.Limits{}, i, toDriverMessage(m)); err != nil {
+			failed = append(failed, err)
+		}
+	}
+	if failed != nil {
+		return &BatchError{Total: len(msgs), Failed: failed}
+	}
+	return nil
+}
