@@ -283,3 +283,34 @@ func assertTraceCrosses(t *testing.T, ctx context.Context, con *dedupq.Consumer,
 		t.Errorf("handler span's parent = %v, want the process span %v", handler.Parent().SpanID(), process.SpanContext().SpanID())
 	}
 }
+
+// The trace context's attributes count toward the backend's limits: with
+// tracing on, a message at the attribute limit no longer fits.
+func TestTraceAttributesCountTowardLimits(t *testing.T) {
+	ctx := context.Background()
+	lim := mem.DefaultLimits()
+	lim.MaxAttributes = 1
+	tp := sdktrace.NewTracerProvider()
+	for _, tc := range []struct {
+		name    string
+		opts    dedupq.PublisherOptions
+		refused bool
+	}{
+		{"tracing off", dedupq.PublisherOptions{}, false},
+		{"tracing on", dedupq.PublisherOptions{TracerProvider: tp}, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			broker := mem.NewBroker(mem.Options{Limits: lim, DedupWindow: 5 * time.Minute})
+			pub, err := dedupq.NewPublisher(ctx, broker.Topic("q"), tc.opts)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer pub.Close(ctx)
+			_, err = pub.Publish(ctx, &dedupq.Message{ID: "a", Attributes: map[string]string{"k": "v"}})
+			var ve *dedupq.ValidationError
+			if got := errors.As(err, &ve); got != tc.refused {
+				t.Fatalf("refused = %v (%v), want %v", got, err, tc.refused)
+			}
+		})
+	}
+}
