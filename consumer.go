@@ -399,7 +399,7 @@ func (c *Consumer) handle(ctx context.Context, stopping <-chan struct{}, h Handl
 func (c *Consumer) count(ctx context.Context, what string, serr error) {
 	if serr != nil {
 		c.stats.settleFailed.Add(1)
-		c.tel.consumed.Add(ctx, 1, withOutcome(c.tel.base, "settle_failed"))
+		c.tel.consumed.Add(ctx, 1, c.tel.outcomeOpt["settle_failed"])
 		return
 	}
 	switch what {
@@ -410,7 +410,7 @@ func (c *Consumer) count(ctx context.Context, what string, serr error) {
 	case "terminate":
 		c.stats.terminated.Add(1)
 	}
-	c.tel.consumed.Add(ctx, 1, withOutcome(c.tel.base, what))
+	c.tel.consumed.Add(ctx, 1, c.tel.outcomeOpt[what])
 }
 
 // settleBackoffMax caps the wait between two tries of one settle call.
@@ -464,7 +464,7 @@ func (c *Consumer) countExtension(ctx context.Context, err error) {
 		outcome = "error"
 		c.stats.leaseExtFailed.Add(1)
 	}
-	c.tel.leaseExt.Add(ctx, 1, withOutcome(c.tel.base, outcome))
+	c.tel.leaseExt.Add(ctx, 1, c.tel.outcomeOpt[outcome])
 }
 
 // safeCall runs h, turning a panic into an error so one bad message cannot

@@ -73,13 +73,19 @@ type pubTelemetry struct {
 
 // conTelemetry is a Consumer's instruments.
 type conTelemetry struct {
-	tracer     trace.Tracer
-	base       attribute.Set
-	consumed   metric.Int64Counter
-	handlerDur metric.Float64Histogram
-	attempt    metric.Int64Histogram
-	leaseExt   metric.Int64Counter
-	reg        metric.Registration
+	tracer trace.Tracer
+	base   attribute.Set
+	// Built once, so that a delivery allocates nothing for them.
+	baseOpt     metric.MeasurementOption
+	outcomeOpt  map[string]metric.MeasurementOption
+	processName string
+	processOpts []trace.SpanStartOption
+	handlerOpts []trace.SpanStartOption
+	consumed    metric.Int64Counter
+	handlerDur  metric.Float64Histogram
+	attempt     metric.Int64Histogram
+	leaseExt    metric.Int64Counter
+	reg         metric.Registration
 }
 
 func meterOr(mp metric.MeterProvider) metric.Meter {
@@ -155,6 +161,15 @@ func newConTelemetry(mp metric.MeterProvider, tp trace.TracerProvider, system st
 	t.leaseExt, _ = m.Int64Counter("dedupq.consume.lease_extensions", metric.WithUnit("{extension}"),
 		metric.WithDescription("Lease extensions of deliveries whose handler outlived half the lease, by dedupq.outcome: ok, error."))
 	t.reg = newWindowGauges(m).register(m, attribute.NewSet(attrSystem.String(system), attrRole.String("consumer")), read)
+	t.baseOpt = metric.WithAttributeSet(t.base)
+	t.outcomeOpt = map[string]metric.MeasurementOption{}
+	for _, o := range []string{"ack", "nack", "terminate", "settle_failed", "ok", "error"} {
+		t.outcomeOpt[o] = withOutcome(t.base, o)
+	}
+	t.processName = "process " + system
+	t.processOpts = []trace.SpanStartOption{trace.WithSpanKind(trace.SpanKindConsumer),
+		trace.WithAttributes(attrSystem.String(system), attrOperation.String("process"))}
+	t.handlerOpts = []trace.SpanStartOption{trace.WithSpanKind(trace.SpanKindInternal)}
 	return t
 }
 
@@ -227,10 +242,10 @@ func (t *pubTelemetry) endPublish(ctx context.Context, span trace.Span, results 
 // traceHandler wraps the user's handler in a child span and times it.
 func (t *conTelemetry) traceHandler(h Handler) Handler {
 	return func(ctx context.Context, d *Delivery) error {
-		ctx, span := t.tracer.Start(ctx, "dedupq.handler", trace.WithSpanKind(trace.SpanKindInternal))
+		ctx, span := t.tracer.Start(ctx, "dedupq.handler", t.handlerOpts...)
 		start := time.Now()
 		err := h(ctx, d)
-		t.handlerDur.Record(ctx, time.Since(start).Seconds(), metric.WithAttributeSet(t.base))
+		t.handlerDur.Record(ctx, time.Since(start).Seconds(), t.baseOpt)
 		if err != nil {
 			span.RecordError(err)
 			span.SetStatus(codes.Error, err.Error())
@@ -244,7 +259,7 @@ func (t *conTelemetry) traceHandler(h Handler) Handler {
 // publisher's span carried in its attributes, and removes those attributes
 // from what the handler sees.
 func (t *conTelemetry) startDelivery(ctx context.Context, d *driver.Delivery) (context.Context, trace.Span) {
-	t.attempt.Record(ctx, int64(d.Attempt), metric.WithAttributeSet(t.base))
+	t.attempt.Record(ctx, int64(d.Attempt), t.baseOpt)
 	if _, ok := d.Message.Attributes[driver.AttrTraceParent]; ok {
 		ctx = traceContext.Extract(ctx, attrCarrier(d.Message.Attributes))
 		attrs := make(map[string]string, len(d.Message.Attributes))
@@ -258,10 +273,11 @@ func (t *conTelemetry) startDelivery(ctx context.Context, d *driver.Delivery) (c
 		}
 		d.Message.Attributes = attrs
 	}
-	system, _ := t.base.Value(attrSystem)
-	return t.tracer.Start(ctx, "process "+system.AsString(), trace.WithSpanKind(trace.SpanKindConsumer),
-		trace.WithAttributes(attrSystem.String(system.AsString()), attrOperation.String("process"),
-			attrMessageID.String(d.Message.ID), attribute.Int("messaging.delivery.attempt", d.Attempt)))
+	ctx, span := t.tracer.Start(ctx, t.processName, t.processOpts...)
+	if span.IsRecording() {
+		span.SetAttributes(attrMessageID.String(d.Message.ID), attribute.Int("messaging.delivery.attempt", d.Attempt))
+	}
+	return ctx, span
 }
 
 // reservedName reports a user attribute name under dedupq's own prefix.
