@@ -91,6 +91,15 @@ type activeRun struct {
 	abandoned      bool                    // Close stopped waiting; guarded by Consumer.mu
 }
 
+// plan is what the consumer's startup check (and Inspect) compares, for a
+// dedup store remembering keys for ttl.
+func (opts ConsumerOptions) plan(ttl time.Duration, w window.Window, r window.RedeliveryPolicy) window.ConsumerPlan {
+	return window.ConsumerPlan{
+		Redelivery: r, Window: w, DedupTTL: ttl,
+		PublisherSpan: opts.PublisherSpan, Margin: opts.Margin,
+	}
+}
+
 // NewConsumer wraps a driver subscription. It reads the window and the
 // broker's real redelivery settings and, when opts.Dedup is set, fails with
 // a *window.UnsafeRetryError if the dedup TTL does not cover them, and with
@@ -116,11 +125,7 @@ func NewConsumer(ctx context.Context, sub driver.Subscription, opts ConsumerOpti
 		if opts.Dedup == nil {
 			return nil
 		}
-		err := window.CheckConsumer(window.ConsumerPlan{
-			Redelivery: r, Window: w, DedupTTL: opts.Dedup.TTL(),
-			PublisherSpan: opts.PublisherSpan, Margin: opts.Margin,
-		})
-		if err != nil {
+		if err := window.CheckConsumer(opts.plan(opts.Dedup.TTL(), w, r)); err != nil {
 			return err
 		}
 		if storeChecked {

@@ -104,3 +104,31 @@ func ExampleOpenConsumer() {
 	// <nil>
 	// true
 }
+
+// Inspect answers whether a deployment is window-safe without opening a
+// Publisher or a Consumer, and without creating anything on the broker:
+// the dedupq command's check is built on it.
+func ExampleInspect() {
+	ctx := context.Background()
+	in, err := dedupq.Inspect(ctx, "mem://example-inspect?window=1m&ack_wait=30s&max_deliveries=3", dedupq.InspectOptions{
+		Publisher: dedupq.PublisherOptions{Retry: &window.RetryPolicy{MaxAttempts: 10, MaxBackoff: time.Minute}},
+		DedupTTL:  time.Hour,
+	})
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println(in.URL)
+	fmt.Println(in.Window)
+	fmt.Println("publisher safe:", in.Publisher == nil)
+	fmt.Println("consumer safe:", in.Consumer == nil)
+	var unsafe *window.UnsafeRetryError
+	if errors.As(in.Publisher, &unsafe) {
+		fmt.Println("first fix:", unsafe.Fixes[0])
+	}
+	// Output:
+	// mem://example-inspect?window=REDACTED&ack_wait=REDACTED&max_deliveries=REDACTED
+	// mem dedup window 1m (configured on the entity, given by the program, scope queue example-inspect)
+	// publisher safe: false
+	// consumer safe: true
+	// first fix: lower PublisherOptions.Retry.MaxAttempts from 10 to 4
+}

@@ -79,10 +79,7 @@ type Publisher struct {
 // success the Publisher owns topic and closes it on Close; on failure the
 // caller still owns it.
 func NewPublisher(ctx context.Context, topic driver.Topic, opts PublisherOptions) (*Publisher, error) {
-	retry := window.DefaultRetryPolicy()
-	if opts.Retry != nil {
-		retry = opts.Retry.WithDefaults()
-	}
+	retry := opts.retryPolicy()
 	var w window.Window
 	read := func() (err error) {
 		if w, err = topic.Window(ctx); err != nil {
@@ -90,12 +87,7 @@ func NewPublisher(ctx context.Context, topic driver.Topic, opts PublisherOptions
 		}
 		return nil
 	}
-	check := func() error {
-		return window.CheckPublisher(window.PublisherPlan{
-			Retry: retry, HiddenSpan: topic.HiddenRetrySpan(), Window: w,
-			DedupTTL: opts.ConsumerDedupTTL, Margin: opts.Margin,
-		})
-	}
+	check := func() error { return window.CheckPublisher(opts.plan(retry, topic, w)) }
 	if err := checkThenProvision(ctx, topic, read, check); err != nil {
 		return nil, err
 	}
@@ -133,10 +125,25 @@ func (p *Publisher) Recheck(ctx context.Context) error {
 	p.mu.Lock()
 	p.win, p.limits = w, p.topic.Limits()
 	p.mu.Unlock()
-	return window.CheckPublisher(window.PublisherPlan{
-		Retry: p.retry, HiddenSpan: p.topic.HiddenRetrySpan(), Window: w,
-		DedupTTL: p.opts.ConsumerDedupTTL, Margin: p.opts.Margin,
-	})
+	return window.CheckPublisher(p.opts.plan(p.retry, p.topic, w))
+}
+
+// retryPolicy is the policy a publisher with opts runs: Retry with its
+// unset fields filled, or the default.
+func (opts PublisherOptions) retryPolicy() window.RetryPolicy {
+	if opts.Retry == nil {
+		return window.DefaultRetryPolicy()
+	}
+	return opts.Retry.WithDefaults()
+}
+
+// plan is what the publisher's startup check (and Recheck, and Inspect)
+// compares.
+func (opts PublisherOptions) plan(retry window.RetryPolicy, topic driver.Topic, w window.Window) window.PublisherPlan {
+	return window.PublisherPlan{
+		Retry: retry, HiddenSpan: topic.HiddenRetrySpan(), Window: w,
+		DedupTTL: opts.ConsumerDedupTTL, Margin: opts.Margin,
+	}
 }
 
 // Publish sends one message and returns its result. The error is nil, a

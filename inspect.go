@@ -1,0 +1,92 @@
+package dedupq
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/dedupq/dedupq/window"
+)
+
+// InspectOptions are the publisher and consumer that Inspect checks a
+// backend for, as a deployment would run them.
+type InspectOptions struct {
+	// Publisher is the publishers' configuration; its Retry, its
+	// ConsumerDedupTTL and its Margin are what the publisher check reads.
+	Publisher PublisherOptions
+	// Consumer is the consumers' configuration; its PublisherSpan and its
+	// Margin are what the consumer check reads.
+	Consumer ConsumerOptions
+	// DedupTTL is how long the consumers' dedup store remembers a key (the
+	// TTL of ConsumerOptions.Dedup). Zero means no consumer-side dedup:
+	// the consumer check has nothing to check.
+	DedupTTL time.Duration
+}
+
+// Inspection is what Inspect read from a backend and what the two startup
+// checks said about it.
+type Inspection struct {
+	// URL is the URL as RedactURL shows it.
+	URL string
+	// Window is the publish-side window as the topic reports it.
+	Window window.Window
+	// Retry is the retry policy the publisher would run (defaults filled).
+	Retry window.RetryPolicy
+	// HiddenRetrySpan is what the backend's SDK may add to the retry span.
+	HiddenRetrySpan time.Duration
+	// Publisher is NewPublisher's startup check's verdict: nil when it
+	// passes, else usually a *window.UnsafeRetryError.
+	Publisher error
+	// ConsumerWindow is the window as the subscription reports it.
+	ConsumerWindow window.Window
+	// Redelivery is the broker's redelivery policy for the subscription.
+	Redelivery window.RedeliveryPolicy
+	// Consumer is NewConsumer's window check's verdict (the dedup store
+	// itself is not contacted): nil when it passes.
+	Consumer error
+}
+
+// Inspect opens the backend named by rawURL as a topic and as a
+// subscription, reads the window and the redelivery policy, and runs the
+// checks NewPublisher and NewConsumer run at startup, without creating
+// anything on the broker: it never calls driver.Provisioner.Provision, so
+// a URL that asks for a stream or queue to be created is checked against
+// what would be created. The error is non-nil only when the backend could
+// not be opened or read; a failing check is reported in the Inspection.
+func (m *URLMux) Inspect(ctx context.Context, rawURL string, opts InspectOptions) (_ *Inspection, err error) {
+	o, u, err := m.opener(rawURL)
+	if err != nil {
+		return nil, err
+	}
+	in := &Inspection{URL: RedactURL(u), Retry: opts.Publisher.retryPolicy()}
+	topic, err := o.OpenTopic(ctx, u)
+	if err != nil {
+		return nil, err
+	}
+	defer func() { err = errors.Join(err, topic.Close()) }()
+	if in.Window, err = topic.Window(ctx); err != nil {
+		return nil, fmt.Errorf("dedupq: reading the dedup window: %w", err)
+	}
+	in.HiddenRetrySpan = topic.HiddenRetrySpan()
+	in.Publisher = window.CheckPublisher(opts.Publisher.plan(in.Retry, topic, in.Window))
+
+	sub, err := o.OpenSubscription(ctx, u)
+	if err != nil {
+		return nil, err
+	}
+	defer func() { err = errors.Join(err, sub.Close()) }()
+	if in.ConsumerWindow, err = sub.Window(ctx); err != nil {
+		return nil, fmt.Errorf("dedupq: reading the dedup window: %w", err)
+	}
+	if in.Redelivery, err = sub.Redelivery(ctx); err != nil {
+		return nil, fmt.Errorf("dedupq: reading the redelivery policy: %w", err)
+	}
+	in.Consumer = window.CheckConsumer(opts.Consumer.plan(opts.DedupTTL, in.ConsumerWindow, in.Redelivery))
+	return in, nil
+}
+
+// Inspect is URLMux.Inspect on the default mux.
+func Inspect(ctx context.Context, rawURL string, opts InspectOptions) (*Inspection, error) {
+	return defaultMux.Inspect(ctx, rawURL, opts)
+}
