@@ -12,6 +12,9 @@ import (
 	"github.com/dedupq/dedupq/clock"
 	"github.com/dedupq/dedupq/driver"
 	"github.com/dedupq/dedupq/window"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/trace"
 )
 
 // ErrShutdownTimeout is the cause of a handler's context cancellation when
@@ -53,6 +56,13 @@ type ConsumerOptions struct {
 	// Logger receives what cannot be returned: receive outages, failed
 	// acks, failed lease extensions. Nil means slog.Default().
 	Logger *slog.Logger
+	// MeterProvider receives dedupq's consume metrics (OBSERVABILITY.md
+	// lists them); nil means otel.GetMeterProvider().
+	MeterProvider metric.MeterProvider
+	// TracerProvider receives a span per delivery, child of the
+	// publisher's span when the message carries its trace context, with
+	// the handler's span as its child; nil means otel.GetTracerProvider().
+	TracerProvider trace.TracerProvider
 }
 
 // Consumer receives deliveries and runs a Handler on each, settling each
@@ -64,6 +74,8 @@ type Consumer struct {
 	log        *slog.Logger
 	win        window.Window
 	redelivery window.RedeliveryPolicy
+	tel        *conTelemetry
+	stats      conStats
 
 	mu     sync.Mutex
 	active *activeRun // nil when Run is not running
@@ -145,7 +157,11 @@ func NewConsumer(ctx context.Context, sub driver.Subscription, opts ConsumerOpti
 	if log == nil {
 		log = slog.Default()
 	}
-	return &Consumer{sub: sub, opts: opts, clock: clock.Or(opts.Clock), log: log, win: w, redelivery: r}, nil
+	c := &Consumer{sub: sub, opts: opts, clock: clock.Or(opts.Clock), log: log, win: w, redelivery: r}
+	c.tel = newConTelemetry(opts.MeterProvider, opts.TracerProvider, w.Backend, func() (time.Duration, time.Duration) {
+		return w.Duration, r.Span()
+	})
+	return c, nil
 }
 
 // Window is the publish-side window of the consumed entity.
@@ -181,6 +197,7 @@ func (c *Consumer) Run(ctx context.Context, h Handler) error {
 	c.active = run
 	c.mu.Unlock()
 
+	h = c.tel.traceHandler(h)
 	if c.opts.Dedup != nil {
 		h = c.opts.Dedup.Wrap(h)
 	}
@@ -339,6 +356,9 @@ func (c *Consumer) receiveLoop(ctx context.Context, slots chan struct{}, start f
 // (receiveBackoff's), holding the delivery, until stopping (Run's context)
 // is done; only then is such a delivery nacked.
 func (c *Consumer) handle(ctx context.Context, stopping <-chan struct{}, h Handler, d *driver.Delivery) {
+	c.stats.received.Add(1)
+	ctx, span := c.tel.startDelivery(ctx, d)
+	defer span.End()
 	stopExtending := c.keepLeased(ctx, d)
 	err := safeCall(ctx, h, fromDriverDelivery(d))
 	for n := 1; errors.Is(err, ErrUnavailable) && !IsPermanent(err); n++ {
@@ -368,12 +388,34 @@ func (c *Consumer) handle(ctx context.Context, stopping <-chan struct{}, h Handl
 		}
 		what, serr = "nack", c.settle(sctx, func(ctx context.Context) error { return c.sub.Nack(ctx, d, delay) })
 	}
+	c.count(ctx, what, serr)
+	if err != nil {
+		span.SetStatus(codes.Error, err.Error())
+	}
 	if serr != nil {
 		// The broker redelivers after the lease; consumer-side dedup makes
 		// that harmless for an ack that was lost.
 		c.log.Warn("dedupq: settling a delivery failed; the broker will redeliver it", "op", what,
 			"id", d.Message.ID, "backend_id", d.BackendID, "err", serr)
 	}
+}
+
+// count records one settlement in Stats and on the meter.
+func (c *Consumer) count(ctx context.Context, what string, serr error) {
+	if serr != nil {
+		c.stats.settleFailed.Add(1)
+		c.tel.consumed.Add(ctx, 1, c.tel.outcomeOpt["settle_failed"])
+		return
+	}
+	switch what {
+	case "ack":
+		c.stats.acked.Add(1)
+	case "nack":
+		c.stats.nacked.Add(1)
+	case "terminate":
+		c.stats.terminated.Add(1)
+	}
+	c.tel.consumed.Add(ctx, 1, c.tel.outcomeOpt[what])
 }
 
 // settleBackoffMax caps the wait between two tries of one settle call.
@@ -410,12 +452,24 @@ func (c *Consumer) keepLeased(ctx context.Context, d *driver.Delivery) (stop fun
 			if errors.Is(err, errors.ErrUnsupported) {
 				return
 			}
+			c.countExtension(ctx, err)
 			if err != nil {
 				c.log.Warn("dedupq: extending a delivery's lease failed", "id", d.Message.ID, "err", err)
 			}
 		}
 	}()
 	return func() { close(done); <-finished }
+}
+
+// countExtension records one lease extension in Stats and on the meter.
+func (c *Consumer) countExtension(ctx context.Context, err error) {
+	outcome := "ok"
+	c.stats.leaseExt.Add(1)
+	if err != nil {
+		outcome = "error"
+		c.stats.leaseExtFailed.Add(1)
+	}
+	c.tel.leaseExt.Add(ctx, 1, c.tel.outcomeOpt[outcome])
 }
 
 // safeCall runs h, turning a panic into an error so one bad message cannot
@@ -451,6 +505,7 @@ func (c *Consumer) Close(ctx context.Context) error {
 		return ErrClosed
 	}
 	c.closed = true
+	c.tel.close()
 	run := c.active
 	c.mu.Unlock()
 	if run == nil {

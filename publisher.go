@@ -13,6 +13,9 @@ import (
 	"github.com/dedupq/dedupq/clock"
 	"github.com/dedupq/dedupq/driver"
 	"github.com/dedupq/dedupq/window"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/trace"
 )
 
 // PublisherOptions configure a Publisher. The zero value is usable.
@@ -40,6 +43,13 @@ type PublisherOptions struct {
 	KeyFunc func(*Message) (string, error)
 	// Clock times backoff waits; nil means the real clock.
 	Clock clock.Clock
+	// MeterProvider receives dedupq's publish metrics (OBSERVABILITY.md
+	// lists them); nil means otel.GetMeterProvider().
+	MeterProvider metric.MeterProvider
+	// TracerProvider receives a span per PublishBatch call, whose context
+	// travels to consumers in the message attributes; nil means
+	// otel.GetTracerProvider().
+	TracerProvider trace.TracerProvider
 }
 
 // Publisher sends messages with dedup IDs and retries failed sends within
@@ -57,6 +67,8 @@ type Publisher struct {
 	// while some are, is closed by the last of them to return.
 	inflight int
 	idle     chan struct{}
+	tel      *pubTelemetry
+	stats    pubStats
 }
 
 // NewPublisher wraps a driver topic. It reads the backend's window and fails
@@ -79,10 +91,15 @@ func NewPublisher(ctx context.Context, topic driver.Topic, opts PublisherOptions
 	if err := checkThenProvision(ctx, topic, read, check); err != nil {
 		return nil, err
 	}
-	return &Publisher{
+	p := &Publisher{
 		topic: topic, opts: opts, retry: retry, clock: clock.Or(opts.Clock),
 		limits: topic.Limits(), win: w,
-	}, nil
+	}
+	span := retry.Span() + max(topic.HiddenRetrySpan(), 0)
+	p.tel = newPubTelemetry(opts.MeterProvider, opts.TracerProvider, w.Backend, func() (time.Duration, time.Duration) {
+		return p.Window().Duration, span
+	})
+	return p, nil
 }
 
 // Window is the window that protects this publisher's retries, as read at
@@ -197,6 +214,8 @@ func (p *Publisher) prepare(msgs []*Message) ([]*driver.Message, []Result, error
 	p.mu.Unlock()
 	out := make([]*driver.Message, len(msgs))
 	results := make([]Result, len(msgs))
+	ctx, span := p.tel.startPublish(ctx, len(msgs))
+	defer func() { p.tel.endPublish(ctx, span, results); p.stats.count(results) }()
 	var invalid []error
 	for i, m := range msgs {
 		if m == nil {
@@ -213,6 +232,11 @@ func (p *Publisher) prepare(msgs []*Message) ([]*driver.Message, []Result, error
 		}
 		out[i] = dm
 		results[i].ID = dm.ID
+		if err := checkReserved(backend, i, dm); err != nil {
+			invalid = append(invalid, err)
+			continue
+		}
+		p.tel.inject(ctx, dm)
 		if err := validate(backend, limits, i, dm); err != nil {
 			invalid = append(invalid, err)
 		}
@@ -258,6 +282,11 @@ func (p *Publisher) sendWithRetry(ctx context.Context, offset int, msgs []*drive
 			batch[j] = msgs[i]
 			results[i].Attempts = attempt
 		}
+		p.tel.attempts.Add(ctx, int64(len(batch)), metric.WithAttributeSet(p.tel.base))
+		p.stats.attempts.Add(uint64(len(batch)))
+		if attempt > 1 {
+			trace.SpanFromContext(ctx).AddEvent("retry", trace.WithAttributes(attribute.Int("dedupq.attempt", attempt), attribute.Int("dedupq.messages", len(batch))))
+		}
 		sent, err := p.attempt(ctx, batch)
 		var retry []int
 		for j, i := range pending {
@@ -287,7 +316,9 @@ func (p *Publisher) sendWithRetry(ctx context.Context, offset int, msgs []*drive
 		if len(pending) == 0 {
 			return
 		}
-		if !p.sleep(ctx, p.retry.Delay(attempt, rand.Float64())) {
+		delay := p.retry.Delay(attempt, rand.Float64())
+		p.tel.retryDelay.Record(ctx, delay.Seconds(), metric.WithAttributeSet(p.tel.base))
+		if !p.sleep(ctx, delay) {
 			for _, i := range pending {
 				results[i].Err = &PublishError{Index: offset + i, ID: msgs[i].ID, Attempts: attempt, MaybeSent: maybeSent[i],
 					Err: errors.Join(context.Cause(ctx), lastErr[i])}
@@ -354,6 +385,7 @@ func (p *Publisher) Close(ctx context.Context) error {
 		return ErrClosed
 	}
 	p.closed = true
+	p.tel.close()
 	if p.inflight == 0 {
 		p.mu.Unlock()
 		return p.topic.Close()

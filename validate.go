@@ -32,7 +32,9 @@ func validate(backend string, lim driver.Limits, index int, m *driver.Message) e
 		return bad("Attributes", "%d attributes, %s accepts at most %d", len(m.Attributes), backend, lim.MaxAttributes)
 	}
 	for k, v := range m.Attributes {
-		if k == "" || (lim.AttributeNameAllowed != nil && !lim.AttributeNameAllowed(k)) {
+		// The portable layer's own names are the driver's to carry, even
+		// where the driver refuses its reserved prefix from users.
+		if k == "" || (lim.AttributeNameAllowed != nil && !driver.Portable(k) && !lim.AttributeNameAllowed(k)) {
 			return bad("Attributes", "attribute name %q is not accepted by %s", k, backend)
 		}
 		if lim.MaxAttributeValueBytes > 0 && len(v) > lim.MaxAttributeValueBytes {
@@ -47,6 +49,20 @@ func validate(backend string, lim driver.Limits, index int, m *driver.Message) e
 			ve := bad(field, "%v", err).(*ValidationError)
 			ve.Err = err
 			return ve
+		}
+	}
+	return nil
+}
+
+// checkReserved refuses user attributes under dedupq's reserved prefix:
+// the portable layer and the drivers put their own attributes there
+// (driver.AttrTraceParent, …), and a user's would be overwritten or
+// dropped.
+func checkReserved(backend string, index int, m *driver.Message) error {
+	for k := range m.Attributes {
+		if reservedName(k) {
+			return &ValidationError{Index: index, ID: m.ID, Field: "Attributes", Backend: backend,
+				Reason: fmt.Sprintf("attribute name %q is reserved: names starting with %q are dedupq's own", k, reservedAttrPrefix)}
 		}
 	}
 	return nil

@@ -12,6 +12,7 @@ import (
 
 	"github.com/dedupq/dedupq"
 	"github.com/dedupq/dedupq/clock"
+	"go.opentelemetry.io/otel/metric"
 )
 
 // GuardOptions configure a Guard.
@@ -50,6 +51,10 @@ type GuardOptions struct {
 	// and one line when the store stops answering and one when it answers
 	// again; nil means slog.Default().
 	Logger *slog.Logger
+	// MeterProvider receives the Guard's decisions (dedupq.dedup.decisions)
+	// and the store's operation latency and errors (dedupq.store.duration);
+	// nil means otel.GetMeterProvider().
+	MeterProvider metric.MeterProvider
 }
 
 // Stats counts what a Guard did. Read them with Guard.Stats.
@@ -89,6 +94,8 @@ type Guard struct {
 	opts  GuardOptions
 	clock clock.Clock
 	log   *slog.Logger
+	store Store // opts.Store, timed
+	m     guardMetrics
 	stats struct {
 		ran, failed, suppressed, deferred, conflicts, bypassed, unrecorded, unavailable, emptyKey atomic.Uint64
 	}
@@ -128,7 +135,9 @@ func NewGuard(opts GuardOptions) (*Guard, error) {
 	if log == nil {
 		log = slog.Default()
 	}
-	return &Guard{opts: opts, clock: clock.Or(opts.Clock), log: log}, nil
+	gm, meter := newGuardMetrics(opts.MeterProvider, opts.Store)
+	store := newTimedStore(opts.Store, meter, gm.store)
+	return &Guard{opts: opts, clock: clock.Or(opts.Clock), log: log, store: store, m: gm}, nil
 }
 
 // TTL is how long a completed key is remembered.
@@ -225,7 +234,7 @@ func (g *Guard) Wrap(h dedupq.Handler) dedupq.Handler {
 		lease := g.lease(d)
 
 		wasDown, outage := g.down.Load(), g.outage.Load()
-		c, err := g.opts.Store.Claim(ctx, key, fingerprint, lease)
+		c, err := g.store.Claim(ctx, key, fingerprint, lease)
 		if err != nil {
 			if ctx.Err() != nil {
 				// The consumer is shutting down, not the store: the
@@ -234,26 +243,26 @@ func (g *Guard) Wrap(h dedupq.Handler) dedupq.Handler {
 			}
 			g.storeDown(err)
 			if g.opts.FailOpen {
-				g.stats.bypassed.Add(1)
+				g.count(ctx, &g.stats.bypassed, outcomeBypassed)
 				g.log.Warn("dedup: store failed; running the handler without a dedup decision (FailOpen)", "key", key, "err", err)
 				return h(ctx, d)
 			}
-			g.stats.unavailable.Add(1)
+			g.count(ctx, &g.stats.unavailable, outcomeUnavailable)
 			return fmt.Errorf("%w: claim %q: %w", ErrStoreUnavailable, key, err)
 		}
 		if wasDown {
 			g.storeUp(outage)
 		}
 		if c.State != Acquired && c.Fingerprint != "" && c.Fingerprint != fingerprint {
-			g.stats.conflicts.Add(1)
+			g.count(ctx, &g.stats.conflicts, outcomeConflict)
 			return dedupq.Permanent(&ConflictError{Key: key, Stored: c.Fingerprint, Got: fingerprint, StoredWhen: c.State})
 		}
 		switch c.State {
 		case Completed:
-			g.stats.suppressed.Add(1)
+			g.count(ctx, &g.stats.suppressed, outcomeSuppressed)
 			return nil
 		case InProgress:
-			g.stats.deferred.Add(1)
+			g.count(ctx, &g.stats.deferred, outcomeDeferred)
 			wait := min(max(c.LeaseUntil.Sub(g.clock.Now()), 100*time.Millisecond), lease)
 			return dedupq.RetryAfter(ErrInProgress, wait)
 		case Acquired:
@@ -272,10 +281,16 @@ func (g *Guard) Wrap(h dedupq.Handler) dedupq.Handler {
 // delivery, so all but the first would be acked unrun or terminated as
 // conflicts. The nack follows the broker's own backoff.
 func (g *Guard) refuseEmptyKey(d *dedupq.Delivery) error {
-	g.stats.emptyKey.Add(1)
+	g.count(context.Background(), &g.stats.emptyKey, outcomeEmptyKey)
 	g.log.Error("dedup: delivery has an empty dedup key; nacking it unrun (set Message.ID when publishing, or make GuardOptions.Key return a non-empty key)",
 		"backend_id", d.BackendID, "attempt", d.Attempt, "custom_key", g.opts.Key != nil)
 	return fmt.Errorf("%w: delivery with backend ID %q (attempt %d): no dedup ID, and no key could be derived", ErrEmptyKey, d.BackendID, d.Attempt)
+}
+
+// count adds one to a Stats counter and to the matching decision metric.
+func (g *Guard) count(ctx context.Context, n *atomic.Uint64, outcome string) {
+	n.Add(1)
+	g.m.add(ctx, outcome)
 }
 
 // storeDown notes a failed claim, logging once per outage.
@@ -314,26 +329,26 @@ func (g *Guard) run(ctx context.Context, h dedupq.Handler, d *dedupq.Delivery, k
 		if completed || lost() {
 			return
 		}
-		if rerr := g.opts.Store.Release(sctx, key, token); rerr != nil && !errors.Is(rerr, ErrLeaseLost) {
+		if rerr := g.store.Release(sctx, key, token); rerr != nil && !errors.Is(rerr, ErrLeaseLost) {
 			g.log.Warn("dedup: releasing a key after a failed handler failed; it frees itself when the lease ends", "key", key, "err", rerr)
 		}
 	}()
 
 	if err = h(hctx, d); err != nil {
-		g.stats.failed.Add(1)
+		g.count(ctx, &g.stats.failed, outcomeFailed)
 		return err
 	}
 	completed = true
 	if lost() {
 		// Another consumer took the key over while h ran: its run may
 		// repeat the effect. Nothing here can undo that; say so.
-		g.stats.unrecorded.Add(1)
+		g.count(ctx, &g.stats.unrecorded, outcomeUnrecorded)
 		g.log.Error("dedup: lease lost while the handler ran; another consumer may repeat the effect", "key", key)
 		return nil
 	}
 	var cerr error
 	for i := range 3 {
-		if cerr = g.opts.Store.Complete(sctx, key, token, g.opts.TTL, nil); cerr == nil || errors.Is(cerr, ErrLeaseLost) {
+		if cerr = g.store.Complete(sctx, key, token, g.opts.TTL, nil); cerr == nil || errors.Is(cerr, ErrLeaseLost) {
 			break
 		}
 		if !clock.Sleep(g.clock, 50*time.Millisecond<<i, sctx.Done()) {
@@ -343,12 +358,12 @@ func (g *Guard) run(ctx context.Context, h dedupq.Handler, d *dedupq.Delivery, k
 	if cerr != nil {
 		// The effect happened; nacking would make the redelivery repeat
 		// it for sure, acking only leaves the key unrecorded.
-		g.stats.unrecorded.Add(1)
+		g.count(ctx, &g.stats.unrecorded, outcomeUnrecorded)
 		g.log.Error("dedup: handler succeeded but its completion was not recorded; a duplicate after the lease ends would run again",
 			"key", key, "err", cerr)
 		return nil
 	}
-	g.stats.ran.Add(1)
+	g.count(ctx, &g.stats.ran, outcomeRan)
 	return nil
 }
 
@@ -362,7 +377,7 @@ func (g *Guard) keepClaimed(ctx context.Context, cancel context.CancelCauseFunc,
 	go func() {
 		defer close(finished)
 		for clock.Sleep(g.clock, lease/3, done) {
-			err := g.opts.Store.Extend(ctx, key, token, lease)
+			err := g.store.Extend(ctx, key, token, lease)
 			if errors.Is(err, ErrLeaseLost) {
 				lost.Store(true)
 				cancel(ErrLeaseLost)

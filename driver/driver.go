@@ -200,3 +200,18 @@ type Provisioner interface {
 	// that does not exist yet.
 	Provision(ctx context.Context) error
 }
+
+// Attribute names the portable layer itself puts on messages: W3C trace
+// context (see the root package's OBSERVABILITY.md). They sit under the
+// "dedupq-" prefix that user attributes may not use, so they cannot
+// collide; drivers that reserve that prefix for their own attributes must
+// still carry these two both ways (see Portable).
+const (
+	AttrTraceParent = "dedupq-traceparent"
+	AttrTraceState  = "dedupq-tracestate"
+)
+
+// Portable reports whether name is an attribute the portable layer owns
+// (AttrTraceParent, AttrTraceState). A driver sends and returns these like
+// user attributes, even where it strips its own reserved ones.
+func Portable(name string) bool { return name == AttrTraceParent || name == AttrTraceState }

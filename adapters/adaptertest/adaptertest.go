@@ -137,6 +137,7 @@ func Run(t *testing.T, h Harness) {
 		run  func(t *testing.T, s *suite)
 	}{
 		{"RoundTrip", testRoundTrip},
+		{"TraceContext", testTraceContext},
 		{"Batch", testBatch},
 		{"Dedup", testDedup},
 		{"Redelivery", testRedelivery},

@@ -14,6 +14,7 @@ import (
 	"github.com/dedupq/dedupq"
 	"github.com/dedupq/dedupq/clock"
 	"github.com/dedupq/dedupq/window"
+	"go.opentelemetry.io/otel/trace"
 )
 
 // env is one subtest's entity with a Publisher and a Consumer on it, and a
@@ -36,13 +37,20 @@ type env struct {
 // to fit windows as short as the suite's.
 func (s *suite) newEnv(t *testing.T, cfg Config, concurrency int) *env {
 	t.Helper()
+	return s.newTracedEnv(t, cfg, concurrency, nil)
+}
+
+// newTracedEnv is newEnv whose publisher and consumer trace to tp (nil:
+// the global provider).
+func (s *suite) newTracedEnv(t *testing.T, cfg Config, concurrency int, tp trace.TracerProvider) *env {
+	t.Helper()
 	ent := s.open(t, cfg)
 	e := &env{t: t, s: s, cfg: cfg, ent: ent, prefix: nonce()}
 	e.rec.changed = make(chan struct{})
 	e.fake, _ = ent.Clock.(*clock.Fake)
 	ctx := t.Context()
 	pub, err := dedupq.NewPublisher(ctx, ent.Topic, dedupq.PublisherOptions{
-		Retry: &window.RetryPolicy{MaxAttempts: 1}, Clock: ent.Clock,
+		Retry: &window.RetryPolicy{MaxAttempts: 1}, Clock: ent.Clock, TracerProvider: tp,
 	})
 	if err != nil {
 		ent.Topic.Close()
@@ -51,7 +59,7 @@ func (s *suite) newEnv(t *testing.T, cfg Config, concurrency int) *env {
 	}
 	t.Cleanup(func() { pub.Close(context.Background()) })
 	con, err := dedupq.NewConsumer(ctx, ent.Subscription, dedupq.ConsumerOptions{
-		Concurrency: concurrency, Clock: ent.Clock,
+		Concurrency: concurrency, Clock: ent.Clock, TracerProvider: tp,
 		Logger: slog.New(slog.NewTextHandler(t.Output(), nil)),
 	})
 	if err != nil {

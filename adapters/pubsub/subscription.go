@@ -449,7 +449,7 @@ func (s *Subscription) delivery(it *inflight) *driver.Delivery {
 	}
 	var attrs map[string]string
 	for k, v := range m.Attributes {
-		if strings.HasPrefix(k, ReservedAttrPrefix) {
+		if strings.HasPrefix(k, ReservedAttrPrefix) && !driver.Portable(k) {
 			continue
 		}
 		if attrs == nil {

@@ -9,6 +9,8 @@ import (
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
+
+	"github.com/dedupq/dedupq/driver"
 )
 
 const (
@@ -126,11 +128,11 @@ func decodeBody(body, encoding string) []byte {
 }
 
 // validAttrName applies SQS's rules for message attribute names, plus the
-// reserved prefix: up to 256 characters from A-Za-z0-9, '_', '-' and '.';
+// reserved prefix (less the portable layer's own names, driver.Portable): up to 256 characters from A-Za-z0-9, '_', '-' and '.';
 // no leading, trailing or doubled '.'; not starting with "AWS." or
 // "Amazon." in any case.
 func validAttrName(name string) bool {
-	if name == "" || len(name) > 256 || strings.HasPrefix(name, ReservedAttrPrefix) {
+	if name == "" || len(name) > 256 || (strings.HasPrefix(name, ReservedAttrPrefix) && !driver.Portable(name)) {
 		return false
 	}
 	if name[0] == '.' || name[len(name)-1] == '.' || strings.Contains(name, "..") {

@@ -216,7 +216,7 @@ func (s *Subscription) delivery(m types.Message, lease time.Duration) *driver.De
 			msg.ID = decodeAttr(a)
 		case k == AttrBody:
 			enc = decodeAttr(a)
-		case strings.HasPrefix(k, ReservedAttrPrefix):
+		case strings.HasPrefix(k, ReservedAttrPrefix) && !driver.Portable(k):
 		default:
 			if msg.Attributes == nil {
 				msg.Attributes = make(map[string]string, len(m.MessageAttributes))

@@ -753,6 +753,9 @@ func TestTxGuard(t *testing.T) {
 	if n := effects(t, pool, fx, "order-7"); n != 1 {
 		t.Fatalf("%d effects, want 1", n)
 	}
+	if got, want := g.Stats(), (dedup.Stats{Ran: 1, Failed: 1, Suppressed: 1, Conflicts: 1}); got != want {
+		t.Fatalf("Stats = %+v, want %+v", got, want)
+	}
 	// The effect committed with the key's completion record.
 	if c, err := store.Claim(ctx, "order-7", dedup.BodyFingerprint(&d(5, "pay 10").Message), time.Hour); err != nil || c.State != dedup.Completed {
 		t.Fatalf("key after the committed run = %+v, %v; want completed", c, err)

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -199,6 +200,9 @@ type TxGuard struct {
 	store       *Store
 	ttl         time.Duration
 	fingerprint func(*dedupq.Message) string
+	stats       struct {
+		ran, failed, suppressed, deferred, conflicts, unavailable, emptyKey atomic.Uint64
+	}
 }
 
 var (
@@ -243,6 +247,37 @@ func (g *TxGuard) Check(ctx context.Context) error {
 	return nil
 }
 
+// Stats returns what the TxGuard did so far, in the Guard's terms: Ran
+// (committed with its record), Suppressed, Deferred, Conflicts,
+// Unavailable, EmptyKey, and Failed for a handler error or a failed
+// commit (rolled back, so nothing was recorded). Bypassed and Unrecorded
+// stay zero: a TxGuard never runs without a decision, and its record
+// commits with the handler's writes or not at all.
+func (g *TxGuard) Stats() dedup.Stats {
+	s := &g.stats
+	return dedup.Stats{Ran: s.ran.Load(), Failed: s.failed.Load(), Suppressed: s.suppressed.Load(),
+		Deferred: s.deferred.Load(), Conflicts: s.conflicts.Load(), Unavailable: s.unavailable.Load(),
+		EmptyKey: s.emptyKey.Load()}
+}
+
+func (g *TxGuard) count(out Outcome, err error) {
+	s := &g.stats
+	switch {
+	case err == nil && out.Ran:
+		s.ran.Add(1)
+	case err == nil:
+		s.suppressed.Add(1)
+	case errors.Is(err, dedup.ErrInProgress):
+		s.deferred.Add(1)
+	case errors.Is(err, dedup.ErrFingerprintMismatch):
+		s.conflicts.Add(1)
+	case errors.Is(err, dedup.ErrStoreUnavailable):
+		s.unavailable.Add(1)
+	default:
+		s.failed.Add(1)
+	}
+}
+
 // Wrap implements dedupq.Deduplicator. A delivery whose key completed
 // before is acked without running h. One whose key another handler holds
 // is nacked (its error matches dedup.ErrInProgress). A key reused with
@@ -258,11 +293,13 @@ func (g *TxGuard) Check(ctx context.Context) error {
 func (g *TxGuard) Wrap(h dedupq.Handler) dedupq.Handler {
 	return func(ctx context.Context, d *dedupq.Delivery) error {
 		if d.Message.ID == "" {
+			g.stats.emptyKey.Add(1)
 			return fmt.Errorf("pgstore: delivery with backend ID %q (attempt %d): %w", d.BackendID, d.Attempt, dedup.ErrEmptyKey)
 		}
-		_, err := g.store.Do(ctx, d.Message.ID, g.fingerprint(&d.Message), g.ttl, func(ctx context.Context, _ pgx.Tx) ([]byte, error) {
+		out, err := g.store.Do(ctx, d.Message.ID, g.fingerprint(&d.Message), g.ttl, func(ctx context.Context, _ pgx.Tx) ([]byte, error) {
 			return nil, h(ctx, d) // ctx carries the transaction: see Tx
 		})
+		g.count(out, err)
 		if errors.Is(err, dedup.ErrFingerprintMismatch) {
 			return dedupq.Permanent(err)
 		}

@@ -1,0 +1,128 @@
+package dedup
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/metric"
+)
+
+// instrumentationName names the dedup package's meter.
+const instrumentationName = "github.com/dedupq/dedupq/dedup"
+
+// Decisions, as dedupq.outcome on dedupq.dedup.decisions. Each matches a
+// field of Stats.
+const (
+	outcomeRan         = "ran"
+	outcomeFailed      = "failed"
+	outcomeSuppressed  = "suppressed_duplicate"
+	outcomeDeferred    = "deferred_in_progress"
+	outcomeConflict    = "fingerprint_conflict"
+	outcomeBypassed    = "bypassed"
+	outcomeUnrecorded  = "unrecorded"
+	outcomeUnavailable = "unavailable"
+	outcomeEmptyKey    = "empty_key"
+)
+
+// guardMetrics are a Guard's instruments.
+type guardMetrics struct {
+	decisions metric.Int64Counter
+	store     attribute.KeyValue
+}
+
+func newGuardMetrics(mp metric.MeterProvider, store Store) (guardMetrics, metric.Meter) {
+	if mp == nil {
+		mp = otel.GetMeterProvider()
+	}
+	m := mp.Meter(instrumentationName)
+	var gm guardMetrics
+	gm.store = attribute.String("dedupq.store", StoreName(store))
+	gm.decisions, _ = m.Int64Counter("dedupq.dedup.decisions", metric.WithUnit("{delivery}"),
+		metric.WithDescription("What consumer-side dedup did with a delivery, by dedupq.outcome (one per Stats field)."))
+	return gm, m
+}
+
+func (gm guardMetrics) add(ctx context.Context, outcome string) {
+	gm.decisions.Add(ctx, 1, metric.WithAttributes(gm.store, attribute.String("dedupq.outcome", outcome)))
+}
+
+// StoreName is the name a store's metrics carry as dedupq.store: its
+// package name ("redisstore", "pgstore", "memstore"), read from its type.
+func StoreName(s Store) string {
+	name := strings.TrimLeft(fmt.Sprintf("%T", s), "*")
+	if i := strings.IndexByte(name, '.'); i >= 0 {
+		name = name[:i]
+	}
+	return name
+}
+
+// timedStore wraps a Store to time every operation and count its errors,
+// once for all stores.
+type timedStore struct {
+	Store
+	duration metric.Float64Histogram
+	attrs    map[string]metric.MeasurementOption // op → store and op attributes
+	store    attribute.KeyValue
+}
+
+func newTimedStore(s Store, m metric.Meter, store attribute.KeyValue) *timedStore {
+	t := &timedStore{Store: s, store: store, attrs: map[string]metric.MeasurementOption{}}
+	t.duration, _ = m.Float64Histogram("dedupq.store.duration", metric.WithUnit("s"),
+		metric.WithDescription("Duration of dedup store operations, by dedupq.store, dedupq.store.op and, on failure, error.type."),
+		metric.WithExplicitBucketBoundaries(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5))
+	for _, op := range []string{"claim", "extend", "complete", "release"} {
+		t.attrs[op] = metric.WithAttributeSet(attribute.NewSet(store, attribute.String("dedupq.store.op", op)))
+	}
+	return t
+}
+
+func (t *timedStore) record(ctx context.Context, op string, start time.Time, err error) {
+	d := time.Since(start).Seconds()
+	if err == nil {
+		t.duration.Record(ctx, d, t.attrs[op])
+		return
+	}
+	kind := "error"
+	switch {
+	case errors.Is(err, ErrLeaseLost):
+		kind = "lease_lost"
+	case errors.Is(err, ErrStoreUnavailable):
+		kind = "unavailable"
+	case ctx.Err() != nil:
+		kind = "canceled"
+	}
+	t.duration.Record(ctx, d, metric.WithAttributes(t.store, attribute.String("dedupq.store.op", op), attribute.String("error.type", kind)))
+}
+
+func (t *timedStore) Claim(ctx context.Context, key, fingerprint string, lease time.Duration) (Claim, error) {
+	start := time.Now()
+	c, err := t.Store.Claim(ctx, key, fingerprint, lease)
+	t.record(ctx, "claim", start, err)
+	return c, err
+}
+
+func (t *timedStore) Extend(ctx context.Context, key, token string, lease time.Duration) error {
+	start := time.Now()
+	err := t.Store.Extend(ctx, key, token, lease)
+	t.record(ctx, "extend", start, err)
+	return err
+}
+
+func (t *timedStore) Complete(ctx context.Context, key, token string, ttl time.Duration, result []byte) error {
+	start := time.Now()
+	err := t.Store.Complete(ctx, key, token, ttl, result)
+	t.record(ctx, "complete", start, err)
+	return err
+}
+
+func (t *timedStore) Release(ctx context.Context, key, token string) error {
+	start := time.Now()
+	err := t.Store.Release(ctx, key, token)
+	t.record(ctx, "release", start, err)
+	return err
+}

@@ -1,0 +1,78 @@
+package dedupq
+
+import (
+	"errors"
+	"sync/atomic"
+)
+
+// PublisherStats counts what a Publisher did, per message. Read them with
+// Publisher.Stats; each read is a handful of atomic loads.
+type PublisherStats struct {
+	// Stored counts messages the broker stored on this publish.
+	Stored uint64
+	// Duplicates counts messages the broker dropped as duplicates of an
+	// earlier send: already stored.
+	Duplicates uint64
+	// Refused counts messages certainly not stored: invalid, or refused
+	// by the broker with an error that is not retryable.
+	Refused uint64
+	// MaybeSent counts messages whose publish failed after a send whose
+	// outcome is unknown (PublishError.MaybeSent).
+	MaybeSent uint64
+	// Attempts counts sends of one message, first tries and retries.
+	Attempts uint64
+}
+
+type pubStats struct {
+	stored, duplicates, refused, maybeSent, attempts atomic.Uint64
+}
+
+func (s *pubStats) count(results []Result) {
+	for _, r := range results {
+		var pe *PublishError
+		switch {
+		case r.Err == nil && r.Duplicate:
+			s.duplicates.Add(1)
+		case r.Err == nil:
+			s.stored.Add(1)
+		case errors.As(r.Err, &pe) && pe.MaybeSent:
+			s.maybeSent.Add(1)
+		default:
+			s.refused.Add(1)
+		}
+	}
+}
+
+// Stats returns the counters so far.
+func (p *Publisher) Stats() PublisherStats {
+	s := &p.stats
+	return PublisherStats{Stored: s.stored.Load(), Duplicates: s.duplicates.Load(),
+		Refused: s.refused.Load(), MaybeSent: s.maybeSent.Load(), Attempts: s.attempts.Load()}
+}
+
+// ConsumerStats counts what a Consumer did with its deliveries. Read them
+// with Consumer.Stats. What consumer-side dedup decided (suppressed,
+// deferred, conflicts) is in the Deduplicator's own stats (dedup.Guard.Stats).
+type ConsumerStats struct {
+	// Received counts deliveries handed to the handler.
+	Received uint64
+	// Acked, Nacked and Terminated count settlements by kind.
+	Acked, Nacked, Terminated uint64
+	// SettleFailed counts settlements the broker did not take (it
+	// redelivers those).
+	SettleFailed uint64
+	// LeaseExtensions and LeaseExtensionFailures count lease extensions.
+	LeaseExtensions, LeaseExtensionFailures uint64
+}
+
+type conStats struct {
+	received, acked, nacked, terminated, settleFailed, leaseExt, leaseExtFailed atomic.Uint64
+}
+
+// Stats returns the counters so far.
+func (c *Consumer) Stats() ConsumerStats {
+	s := &c.stats
+	return ConsumerStats{Received: s.received.Load(), Acked: s.acked.Load(), Nacked: s.nacked.Load(),
+		Terminated: s.terminated.Load(), SettleFailed: s.settleFailed.Load(),
+		LeaseExtensions: s.leaseExt.Load(), LeaseExtensionFailures: s.leaseExtFailed.Load()}
+}

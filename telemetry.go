@@ -1,0 +1,284 @@
+package dedupq
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"time"
+
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/dedupq/dedupq/driver"
+)
+
+// instrumentationName names dedupq's meter and tracer.
+const instrumentationName = "github.com/dedupq/dedupq"
+
+// reservedAttrPrefix starts the attribute names dedupq and its drivers use
+// themselves (driver.AttrTraceParent, …); user attributes may not.
+const reservedAttrPrefix = "dedupq-"
+
+// Attribute keys on dedupq's metrics and spans. messaging.* follow the
+// OpenTelemetry messaging semantic conventions.
+const (
+	attrSystem    = attribute.Key("messaging.system")
+	attrOperation = attribute.Key("messaging.operation.type")
+	attrMessageID = attribute.Key("messaging.message.id")
+	attrBatchSize = attribute.Key("messaging.batch.message_count")
+	attrOutcome   = attribute.Key("dedupq.outcome")
+	attrRole      = attribute.Key("dedupq.role")
+)
+
+// Publish outcomes (dedupq.outcome on dedupq.publish.messages).
+const (
+	outcomeStored    = "stored"
+	outcomeDuplicate = "broker_duplicate"
+	outcomeRefused   = "refused"
+	outcomeMaybeSent = "maybe_sent"
+)
+
+// traceContext is the W3C Trace Context propagator: dedupq carries it
+// itself, whatever global propagator the program set, so that a trace
+// crosses every broker.
+var traceContext = propagation.TraceContext{}
+
+// attrCarrier is a TextMapCarrier over message attributes that maps the
+// W3C header names to dedupq's reserved attribute names.
+type attrCarrier map[string]string
+
+var carrierNames = map[string]string{"traceparent": driver.AttrTraceParent, "tracestate": driver.AttrTraceState}
+
+func (c attrCarrier) Get(key string) string { return c[carrierNames[key]] }
+func (c attrCarrier) Set(key, value string) {
+	if n, ok := carrierNames[key]; ok {
+		c[n] = value
+	}
+}
+func (c attrCarrier) Keys() []string { return []string{"traceparent", "tracestate"} }
+
+// pubTelemetry is a Publisher's instruments.
+type pubTelemetry struct {
+	tracer     trace.Tracer
+	base       attribute.Set
+	published  metric.Int64Counter
+	attempts   metric.Int64Counter
+	retryDelay metric.Float64Histogram
+	reg        metric.Registration
+}
+
+// conTelemetry is a Consumer's instruments.
+type conTelemetry struct {
+	tracer trace.Tracer
+	base   attribute.Set
+	// Built once, so that a delivery allocates nothing for them.
+	baseOpt     metric.MeasurementOption
+	outcomeOpt  map[string]metric.MeasurementOption
+	processName string
+	processOpts []trace.SpanStartOption
+	handlerOpts []trace.SpanStartOption
+	consumed    metric.Int64Counter
+	handlerDur  metric.Float64Histogram
+	attempt     metric.Int64Histogram
+	leaseExt    metric.Int64Counter
+	reg         metric.Registration
+}
+
+func meterOr(mp metric.MeterProvider) metric.Meter {
+	if mp == nil {
+		mp = otel.GetMeterProvider()
+	}
+	return mp.Meter(instrumentationName)
+}
+
+func tracerOr(tp trace.TracerProvider) trace.Tracer {
+	if tp == nil {
+		tp = otel.GetTracerProvider()
+	}
+	return tp.Tracer(instrumentationName)
+}
+
+// windowGauges are the observable gauges of the safety margin, shared by
+// publishers and consumers (dedupq.role tells them apart).
+type windowGauges struct {
+	window, span metric.Float64ObservableGauge
+}
+
+func newWindowGauges(m metric.Meter) windowGauges {
+	var g windowGauges
+	g.window, _ = m.Float64ObservableGauge("dedupq.window", metric.WithUnit("s"),
+		metric.WithDescription("The broker dedup window that protects retries (0 when the backend has none)."))
+	g.span, _ = m.Float64ObservableGauge("dedupq.worst_case_span", metric.WithUnit("s"),
+		metric.WithDescription("The worst-case span the startup check compared against the window or dedup TTL."))
+	return g
+}
+
+// register reports win and span on every collection; errors are ignored,
+// as the API's no-op and SDK implementations do not fail here.
+func (g windowGauges) register(m metric.Meter, attrs attribute.Set, read func() (win, span time.Duration)) metric.Registration {
+	reg, _ := m.RegisterCallback(func(_ context.Context, o metric.Observer) error {
+		w, s := read()
+		o.ObserveFloat64(g.window, w.Seconds(), metric.WithAttributeSet(attrs))
+		o.ObserveFloat64(g.span, s.Seconds(), metric.WithAttributeSet(attrs))
+		return nil
+	}, g.window, g.span)
+	return reg
+}
+
+func newPubTelemetry(mp metric.MeterProvider, tp trace.TracerProvider, system string, read func() (win, span time.Duration)) *pubTelemetry {
+	m := meterOr(mp)
+	t := &pubTelemetry{
+		tracer: tracerOr(tp),
+		base:   attribute.NewSet(attrSystem.String(system)),
+	}
+	t.published, _ = m.Int64Counter("dedupq.publish.messages", metric.WithUnit("{message}"),
+		metric.WithDescription("Messages whose publish ended, by dedupq.outcome: stored, broker_duplicate, refused, maybe_sent."))
+	t.attempts, _ = m.Int64Counter("dedupq.publish.attempts", metric.WithUnit("{attempt}"),
+		metric.WithDescription("Sends of one message to the broker, first tries and retries alike."))
+	t.retryDelay, _ = m.Float64Histogram("dedupq.publish.retry_delay", metric.WithUnit("s"),
+		metric.WithDescription("Backoff waited before a publish retry."))
+	t.reg = newWindowGauges(m).register(m, attribute.NewSet(attrSystem.String(system), attrRole.String("publisher")), read)
+	return t
+}
+
+func newConTelemetry(mp metric.MeterProvider, tp trace.TracerProvider, system string, read func() (win, span time.Duration)) *conTelemetry {
+	m := meterOr(mp)
+	t := &conTelemetry{
+		tracer: tracerOr(tp),
+		base:   attribute.NewSet(attrSystem.String(system)),
+	}
+	t.consumed, _ = m.Int64Counter("dedupq.consume.deliveries", metric.WithUnit("{delivery}"),
+		metric.WithDescription("Deliveries settled, by dedupq.outcome: ack, nack, terminate, and settle_failed for a settle the broker did not take."))
+	t.handlerDur, _ = m.Float64Histogram("dedupq.handler.duration", metric.WithUnit("s"),
+		metric.WithDescription("Time the user's handler ran, without the dedup store's calls."))
+	t.attempt, _ = m.Int64Histogram("dedupq.consume.delivery_attempt", metric.WithUnit("{attempt}"),
+		metric.WithDescription("Delivery.Attempt of each delivery received: 1 for a first delivery."),
+		metric.WithExplicitBucketBoundaries(1, 2, 3, 5, 10, 20, 50))
+	t.leaseExt, _ = m.Int64Counter("dedupq.consume.lease_extensions", metric.WithUnit("{extension}"),
+		metric.WithDescription("Lease extensions of deliveries whose handler outlived half the lease, by dedupq.outcome: ok, error."))
+	t.reg = newWindowGauges(m).register(m, attribute.NewSet(attrSystem.String(system), attrRole.String("consumer")), read)
+	t.baseOpt = metric.WithAttributeSet(t.base)
+	t.outcomeOpt = map[string]metric.MeasurementOption{}
+	for _, o := range []string{"ack", "nack", "terminate", "settle_failed", "ok", "error"} {
+		t.outcomeOpt[o] = withOutcome(t.base, o)
+	}
+	t.processName = "process " + system
+	t.processOpts = []trace.SpanStartOption{trace.WithSpanKind(trace.SpanKindConsumer),
+		trace.WithAttributes(attrSystem.String(system), attrOperation.String("process"))}
+	t.handlerOpts = []trace.SpanStartOption{trace.WithSpanKind(trace.SpanKindInternal)}
+	return t
+}
+
+func (t *pubTelemetry) close() {
+	if t.reg != nil {
+		_ = t.reg.Unregister()
+	}
+}
+
+func (t *conTelemetry) close() {
+	if t.reg != nil {
+		_ = t.reg.Unregister()
+	}
+}
+
+// withOutcome is base plus one dedupq.outcome.
+func withOutcome(base attribute.Set, outcome string) metric.MeasurementOption {
+	kvs := append(base.ToSlice(), attrOutcome.String(outcome))
+	return metric.WithAttributes(kvs...)
+}
+
+// startPublish starts the span of one PublishBatch call of n messages.
+func (t *pubTelemetry) startPublish(ctx context.Context, n int) (context.Context, trace.Span) {
+	system, _ := t.base.Value(attrSystem)
+	return t.tracer.Start(ctx, "send "+system.AsString(), trace.WithSpanKind(trace.SpanKindProducer),
+		trace.WithAttributes(attrSystem.String(system.AsString()), attrOperation.String("send"), attrBatchSize.Int(n)))
+}
+
+// inject puts the trace context of ctx on m, so that consumers continue
+// the trace. Without a valid span context (tracing off and no caller span)
+// it adds nothing, so that no attribute is spent on it.
+func (t *pubTelemetry) inject(ctx context.Context, m *driver.Message) {
+	if !trace.SpanContextFromContext(ctx).IsValid() {
+		return
+	}
+	if m.Attributes == nil {
+		m.Attributes = map[string]string{}
+	}
+	traceContext.Inject(ctx, attrCarrier(m.Attributes))
+}
+
+// endPublish records each message's outcome on the meter and the span.
+func (t *pubTelemetry) endPublish(ctx context.Context, span trace.Span, results []Result) {
+	var n [4]int64
+	names := [4]string{outcomeStored, outcomeDuplicate, outcomeRefused, outcomeMaybeSent}
+	for _, r := range results {
+		var pe *PublishError
+		switch {
+		case r.Err == nil && r.Duplicate:
+			n[1]++
+		case r.Err == nil:
+			n[0]++
+		case errors.As(r.Err, &pe) && pe.MaybeSent:
+			n[3]++
+		default:
+			n[2]++
+		}
+	}
+	for i, c := range n {
+		if c > 0 {
+			t.published.Add(ctx, c, withOutcome(t.base, names[i]))
+		}
+	}
+	if n[2]+n[3] > 0 {
+		span.SetStatus(codes.Error, "some messages were not stored")
+	}
+	span.End()
+}
+
+// traceHandler wraps the user's handler in a child span and times it.
+func (t *conTelemetry) traceHandler(h Handler) Handler {
+	return func(ctx context.Context, d *Delivery) error {
+		ctx, span := t.tracer.Start(ctx, "dedupq.handler", t.handlerOpts...)
+		start := time.Now()
+		err := h(ctx, d)
+		t.handlerDur.Record(ctx, time.Since(start).Seconds(), t.baseOpt)
+		if err != nil {
+			span.RecordError(err)
+			span.SetStatus(codes.Error, err.Error())
+		}
+		span.End()
+		return err
+	}
+}
+
+// startDelivery starts the span of one delivery as a child of the
+// publisher's span carried in its attributes, and removes those attributes
+// from what the handler sees.
+func (t *conTelemetry) startDelivery(ctx context.Context, d *driver.Delivery) (context.Context, trace.Span) {
+	t.attempt.Record(ctx, int64(d.Attempt), t.baseOpt)
+	if _, ok := d.Message.Attributes[driver.AttrTraceParent]; ok {
+		ctx = traceContext.Extract(ctx, attrCarrier(d.Message.Attributes))
+		attrs := make(map[string]string, len(d.Message.Attributes))
+		for k, v := range d.Message.Attributes {
+			if !driver.Portable(k) {
+				attrs[k] = v
+			}
+		}
+		if len(attrs) == 0 {
+			attrs = nil
+		}
+		d.Message.Attributes = attrs
+	}
+	ctx, span := t.tracer.Start(ctx, t.processName, t.processOpts...)
+	if span.IsRecording() {
+		span.SetAttributes(attrMessageID.String(d.Message.ID), attribute.Int("messaging.delivery.attempt", d.Attempt))
+	}
+	return ctx, span
+}
+
+// reservedName reports a user attribute name under dedupq's own prefix.
+func reservedName(k string) bool { return strings.HasPrefix(k, reservedAttrPrefix) }
