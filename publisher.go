@@ -176,7 +176,10 @@ func (p *Publisher) PublishBatch(ctx context.Context, msgs []*Message) ([]Result
 		return nil, err
 	}
 	defer p.exit()
-	out, results, err := p.prepare(msgs)
+	var results []Result
+	ctx, span := p.tel.startPublish(ctx, len(msgs))
+	defer func() { p.tel.endPublish(ctx, span, results); p.stats.count(results) }()
+	out, results, err := p.prepare(ctx, msgs)
 	if err != nil {
 		return results, err
 	}
@@ -201,21 +204,23 @@ func (p *Publisher) PublishBatch(ctx context.Context, msgs []*Message) ([]Result
 // backend's limits, a derived ID from KeyFunc), without sending: nil, or a
 // *BatchError like PublishBatch's. A transactional outbox calls it before
 // it stores messages that will be published later.
+//
+// It checks messages without trace context: with tracing on, the trace
+// attributes PublishBatch adds later count toward the backend's limits too.
 func (p *Publisher) Validate(msgs ...*Message) error {
-	_, _, err := p.prepare(msgs)
+	_, _, err := p.prepare(context.Background(), msgs)
 	return err
 }
 
-// prepare converts and validates msgs. If any is invalid, the error is a
-// *BatchError listing every message and nothing may be sent.
-func (p *Publisher) prepare(msgs []*Message) ([]*driver.Message, []Result, error) {
+// prepare converts and validates msgs, with the trace context of ctx's
+// span injected. If any is invalid, the error is a *BatchError listing
+// every message and nothing may be sent.
+func (p *Publisher) prepare(ctx context.Context, msgs []*Message) ([]*driver.Message, []Result, error) {
 	p.mu.Lock()
 	backend, limits := p.win.Backend, p.limits
 	p.mu.Unlock()
 	out := make([]*driver.Message, len(msgs))
 	results := make([]Result, len(msgs))
-	ctx, span := p.tel.startPublish(ctx, len(msgs))
-	defer func() { p.tel.endPublish(ctx, span, results); p.stats.count(results) }()
 	var invalid []error
 	for i, m := range msgs {
 		if m == nil {
