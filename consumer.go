@@ -194,7 +194,7 @@ func (c *Consumer) Run(ctx context.Context, h Handler) error {
 		go func() {
 			defer wg.Done()
 			defer func() { <-slots }()
-			c.handle(hctx, h, d)
+			c.handle(hctx, ctx.Done(), h, d)
 		}()
 	})
 	wg.Wait()
@@ -330,9 +330,20 @@ func (c *Consumer) receiveLoop(ctx context.Context, slots chan struct{}, start f
 }
 
 // handle runs h on one delivery, keeping its lease alive, then settles it.
-func (c *Consumer) handle(ctx context.Context, h Handler, d *driver.Delivery) {
+// While h fails with ErrUnavailable, it runs h again after a backoff
+// (receiveBackoff's), holding the delivery, until stopping (Run's context)
+// is done; only then is such a delivery nacked.
+func (c *Consumer) handle(ctx context.Context, stopping <-chan struct{}, h Handler, d *driver.Delivery) {
 	stopExtending := c.keepLeased(ctx, d)
 	err := safeCall(ctx, h, fromDriverDelivery(d))
+	for n := 1; errors.Is(err, ErrUnavailable) && !IsPermanent(err); n++ {
+		wait := receiveBackoff(n)
+		c.log.Debug("dedupq: handler dependency unavailable; holding the delivery and trying again", "id", d.Message.ID, "err", err, "wait", wait)
+		if !clock.Sleep(c.clock, wait, stopping) {
+			break
+		}
+		err = safeCall(ctx, h, fromDriverDelivery(d))
+	}
 	stopExtending()
 
 	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.opts.SettleTimeout)

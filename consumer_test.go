@@ -536,3 +536,68 @@ func TestSettleRetriesThroughAnOutage(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// A handler that fails because something it depends on is down
+// (ErrUnavailable, which dedup.ErrStoreUnavailable matches) is run again on
+// the same delivery until it succeeds, and the delivery is acked: nacking
+// it would spend one of the message's deliveries per failed try, and a
+// broker that redelivers at once would dead-letter it within seconds.
+// Once Run is told to stop, such a delivery is nacked instead.
+func TestUnavailableDependencyHoldsTheDelivery(t *testing.T) {
+	for _, tc := range []struct {
+		name      string
+		failures  int // tries that fail before one succeeds; -1 never
+		stopFirst bool
+		want      string
+	}{
+		{name: "outage ends", failures: 3, want: "ack"},
+		{name: "consumer stops during the outage", failures: -1, stopFirst: true, want: "nack 7s"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			fake := clock.NewFake(time.Unix(0, 0))
+			sub := newChanSub()
+			c, _ := NewConsumer(context.Background(), sub, ConsumerOptions{Clock: fake})
+			var mu sync.Mutex
+			var tries []int
+			stop := runConsumer(t, c, func(_ context.Context, d *Delivery) error {
+				mu.Lock()
+				defer mu.Unlock()
+				tries = append(tries, d.Attempt)
+				if tc.failures < 0 || len(tries) <= tc.failures {
+					return fmt.Errorf("store: %w", ErrUnavailable)
+				}
+				return nil
+			})
+			sub.push("a", 0)
+			triesSoFar := func() int { mu.Lock(); defer mu.Unlock(); return len(tries) }
+			if tc.stopFirst {
+				testutil.WaitFor(t, func() bool { return triesSoFar() == 1 })
+				if err := stop(); err != nil {
+					t.Fatal(err)
+				}
+			} else {
+				for sub.get("a") == "" {
+					// The held delivery's backoff and the idle receive may both wait.
+					testutil.WaitFor(t, func() bool { return sub.get("a") != "" || fake.Waiters() >= 1 })
+					fake.Advance(receiveBackoffMax)
+				}
+				if err := stop(); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if got := sub.get("a"); got != tc.want {
+				t.Fatalf("settled = %q, want %q", got, tc.want)
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			if !tc.stopFirst && len(tries) != tc.failures+1 {
+				t.Fatalf("handler ran %d times, want %d", len(tries), tc.failures+1)
+			}
+			for _, a := range tries {
+				if a != 1 {
+					t.Fatalf("tries saw attempts %v; want every try on the first delivery", tries)
+				}
+			}
+		})
+	}
+}

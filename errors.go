@@ -18,6 +18,18 @@ var (
 	ErrClosed = errors.New("dedupq: closed")
 	// ErrPermanent matches every error made by Permanent.
 	ErrPermanent = errors.New("permanent failure")
+	// ErrUnavailable marks a handler error caused by something the handler
+	// depends on being down (a dedup store, the database it writes to),
+	// not by the message: dedup.ErrStoreUnavailable matches it, and a
+	// handler may wrap its own such errors in it. A Consumer does not nack
+	// such a delivery, which would spend one of the message's deliveries
+	// per failed try (a broker that redelivers a nack at once would
+	// dead-letter every message in flight within seconds of an outage):
+	// it keeps the delivery leased and runs the handler on it again, with
+	// backoff, until the handler returns something else or the Consumer
+	// stops. Handlers must be safe to run again on ErrUnavailable, as on
+	// any redelivery.
+	ErrUnavailable = errors.New("dedupq: a dependency of the handler is unavailable")
 )
 
 // ValidationError says why a message was refused before anything was sent.

@@ -59,8 +59,10 @@ type Delivery struct {
 
 // Handler processes one delivery. Returning nil acks it; returning an error
 // nacks it for redelivery (after RetryAfter's delay, if the error carries
-// one); returning an error made by Permanent terminates it (dead-letter).
-// A panic is recovered and treated as an error.
+// one); returning an error made by Permanent terminates it (dead-letter);
+// returning one that matches ErrUnavailable (a dependency is down) keeps
+// the delivery and runs the handler on it again after a backoff. A panic
+// is recovered and treated as an error.
 type Handler func(ctx context.Context, d *Delivery) error
 
 // Deduplicator is consumer-side deduplication that a Consumer runs around

@@ -72,8 +72,9 @@ type Stats struct {
 	// Unrecorded counts handler successes whose completion could not be
 	// recorded (the documented gap; see the package doc).
 	Unrecorded uint64
-	// Unavailable counts deliveries nacked without running because the
-	// store could not be asked (fail-closed). Fail-open runs count as
+	// Unavailable counts claims refused without running the handler
+	// because the store could not be asked (fail-closed); a Consumer holds
+	// such a delivery and tries again, so one delivery may count often. Fail-open runs count as
 	// Bypassed instead.
 	Unavailable uint64
 	// EmptyKey counts deliveries nacked because their dedup key was empty
@@ -193,8 +194,10 @@ func (g *Guard) lease(d *dedupq.Delivery) time.Duration {
 // Wrap returns h guarded by the store. The returned handler:
 //   - nacks with ErrEmptyKey, without running h or asking the store, when
 //     the delivery's key is empty (see refuseEmptyKey);
-//   - nacks with ErrStoreUnavailable when the store cannot be asked
-//     (unless FailOpen), counting it in Stats.Unavailable and logging once
+//   - fails with ErrStoreUnavailable when the store cannot be asked
+//     (unless FailOpen), which a Consumer answers by holding the delivery
+//     and trying again (see dedupq.ErrUnavailable), counting it in
+//     Stats.Unavailable and logging once
 //     when such an outage starts and once when it ends;
 //   - acks (returns nil) without running h when the key is completed;
 //   - nacks with ErrInProgress, delayed until the holder's lease ends, when

@@ -19,6 +19,8 @@ import (
 	"errors"
 	"fmt"
 	"time"
+
+	"github.com/dedupq/dedupq"
 )
 
 // State is what a Claim found.
@@ -74,8 +76,10 @@ var (
 	// ErrFingerprintMismatch matches every *ConflictError.
 	ErrFingerprintMismatch = errors.New("dedup: key reused with a different payload")
 	// ErrStoreUnavailable wraps store errors on the fail-closed path: the
-	// delivery is nacked, never processed without a dedup decision.
-	ErrStoreUnavailable = errors.New("dedup: store unavailable")
+	// delivery is never processed without a dedup decision. It matches
+	// dedupq.ErrUnavailable, so a Consumer holds the delivery and tries
+	// again until the store answers, instead of spending its deliveries.
+	ErrStoreUnavailable error = storeUnavailable("dedup: store unavailable")
 	// ErrEmptyKey is the cause of the nack of a delivery whose dedup key
 	// came out empty: a message without a dedup ID on a backend that gives
 	// no fallback identity, or a GuardOptions.Key that returned "". An
@@ -86,6 +90,15 @@ var (
 	// a Checker store) that found the store unusable.
 	ErrNotReady = errors.New("dedup: store not ready")
 )
+
+// storeUnavailable is ErrStoreUnavailable's type: it matches
+// dedupq.ErrUnavailable without changing its message.
+type storeUnavailable string
+
+func (e storeUnavailable) Error() string { return string(e) }
+
+// Is makes errors.Is(ErrStoreUnavailable, dedupq.ErrUnavailable) true.
+func (e storeUnavailable) Is(target error) bool { return target == dedupq.ErrUnavailable }
 
 // ConflictError reports a dedup key seen with a different payload
 // fingerprint than the one recorded for it.

@@ -273,6 +273,7 @@ type Topic struct {
 
 	mu     sync.Mutex
 	closed bool
+	conns  *ownedConns // the client's connections, when the URL opener made it
 }
 
 var (
@@ -550,12 +551,14 @@ func entryIndex(id *string, index []int) (int, bool) {
 // the message may have been stored.
 func (t *Topic) IsRetryable(err error) bool { return isRetryable(err) }
 
-// Close marks the topic closed. The SQS client holds no resources of its
-// own that need releasing.
+// Close marks the topic closed and, for a topic opened by URL, closes the
+// keep-alive connections of the SDK client the opener made; a client given
+// to OpenTopic is the caller's.
 func (t *Topic) Close() error {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	t.closed = true
+	t.conns.close()
 	return nil
 }
 

@@ -33,6 +33,7 @@ type Subscription struct {
 	closed bool
 	dlqARN string // the dead-letter target dlqURL was resolved for
 	dlqURL string
+	conns  *ownedConns // the client's connections, when the URL opener made it
 }
 
 var (
@@ -392,7 +393,8 @@ func visibilitySeconds(d time.Duration) int32 {
 func (s *Subscription) IsRetryable(err error) bool { return isRetryable(err) }
 
 // Close sends the acks still waiting for a batch, then marks the
-// subscription closed. Unsettled deliveries become visible again after
+// subscription closed and, for one opened by URL, closes the keep-alive
+// connections of the SDK client the opener made. Unsettled deliveries become visible again after
 // their visibility timeout.
 func (s *Subscription) Close() error {
 	s.mu.Lock()
@@ -403,6 +405,7 @@ func (s *Subscription) Close() error {
 	s.closed = true
 	s.mu.Unlock()
 	s.del.close()
+	s.conns.close()
 	return nil
 }
 

@@ -3,6 +3,7 @@ package sqs
 import (
 	"context"
 	"fmt"
+	"net/http"
 	"net/url"
 	"regexp"
 	"strconv"
@@ -10,6 +11,7 @@ import (
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
+	awshttp "github.com/aws/aws-sdk-go-v2/aws/transport/http"
 	"github.com/aws/aws-sdk-go-v2/config"
 	awssqs "github.com/aws/aws-sdk-go-v2/service/sqs"
 
@@ -66,20 +68,32 @@ type URLOpener struct {
 
 // OpenTopic opens a Topic for the queue the URL names.
 func (o *URLOpener) OpenTopic(ctx context.Context, u *url.URL) (driver.Topic, error) {
-	api, queue, opts, err := o.open(ctx, u)
+	api, conns, queue, opts, err := o.open(ctx, u)
 	if err != nil {
 		return nil, err
 	}
-	return OpenTopic(ctx, api, queue, opts)
+	t, err := OpenTopic(ctx, api, queue, opts)
+	if err != nil {
+		conns.close()
+		return nil, err
+	}
+	t.conns = conns
+	return t, nil
 }
 
 // OpenSubscription opens a Subscription for the queue the URL names.
 func (o *URLOpener) OpenSubscription(ctx context.Context, u *url.URL) (driver.Subscription, error) {
-	api, queue, opts, err := o.open(ctx, u)
+	api, conns, queue, opts, err := o.open(ctx, u)
 	if err != nil {
 		return nil, err
 	}
-	return OpenSubscription(ctx, api, queue, opts)
+	s, err := OpenSubscription(ctx, api, queue, opts)
+	if err != nil {
+		conns.close()
+		return nil, err
+	}
+	s.conns = conns
+	return s, nil
 }
 
 var (
@@ -224,10 +238,24 @@ func ParseURL(u *url.URL) (queue, region, endpoint string, opts *Options, err er
 	return queue, region, endpoint, o, nil
 }
 
-func (o *URLOpener) open(ctx context.Context, u *url.URL) (*awssqs.Client, string, *Options, error) {
+// ownedConns is the HTTP transport of a client the URL opener made, so
+// that closing the Topic or Subscription closes its idle keep-alive
+// connections, which would otherwise stay open (with their goroutines)
+// until the transport's idle timeout.
+type ownedConns struct{ tr *http.Transport }
+
+// close closes the idle connections; nil (a client the caller made) does
+// nothing.
+func (c *ownedConns) close() {
+	if c != nil && c.tr != nil {
+		c.tr.CloseIdleConnections()
+	}
+}
+
+func (o *URLOpener) open(ctx context.Context, u *url.URL) (*awssqs.Client, *ownedConns, string, *Options, error) {
 	queue, region, endpoint, opts, err := ParseURL(u)
 	if err != nil {
-		return nil, "", nil, err
+		return nil, nil, "", nil, err
 	}
 	var load []func(*config.LoadOptions) error
 	if region != "" {
@@ -235,15 +263,27 @@ func (o *URLOpener) open(ctx context.Context, u *url.URL) (*awssqs.Client, strin
 	}
 	cfg, err := config.LoadDefaultConfig(ctx, append(load, o.LoadOptions...)...)
 	if err != nil {
-		return nil, "", nil, fmt.Errorf("dedupq/sqs: loading the AWS configuration: %w", err)
+		return nil, nil, "", nil, fmt.Errorf("dedupq/sqs: loading the AWS configuration: %w", err)
 	}
 	if cfg.Region == "" {
-		return nil, "", nil, dedupq.NewParamError(u, "region", "missing: set ?region= or AWS_REGION (or a profile's region)")
+		return nil, nil, "", nil, dedupq.NewParamError(u, "region", "missing: set ?region= or AWS_REGION (or a profile's region)")
+	}
+	// Closing the Topic or Subscription closes the connections of a client
+	// the opener made; a client from LoadOptions is the caller's to close.
+	// The SDK's default client makes its transport out of sight, so the
+	// opener makes the same transport itself (a copy of the default's
+	// settings, redirects not followed, as the SDK's client does).
+	conns := new(ownedConns)
+	if b, ok := cfg.HTTPClient.(*awshttp.BuildableClient); ok {
+		conns.tr = b.GetTransport()
+		cfg.HTTPClient = &http.Client{Transport: conns.tr, CheckRedirect: func(*http.Request, []*http.Request) error {
+			return http.ErrUseLastResponse
+		}}
 	}
 	client := awssqs.NewFromConfig(cfg, func(so *awssqs.Options) {
 		if endpoint != "" {
 			so.BaseEndpoint = aws.String(endpoint)
 		}
 	})
-	return client, queue, opts, nil
+	return client, conns, queue, opts, nil
 }

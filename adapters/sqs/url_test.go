@@ -8,9 +8,12 @@ package sqs_test
 
 import (
 	"errors"
+	"io"
+	"net"
 	"net/url"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -180,4 +183,83 @@ func TestOpenByURL(t *testing.T) {
 	if err == nil {
 		t.Fatal("opening a missing queue succeeded")
 	}
+}
+
+// A Topic and a Subscription opened by URL own the SDK client the opener
+// made, and Close closes its keep-alive connections: left open, each held
+// a socket and two goroutines until the transport's 90s idle timeout (the
+// chaos program's leak check found them). The connections run through a
+// counting proxy to fauxqs, which sees each one close.
+func TestCloseByURLClosesConnections(t *testing.T) {
+	c := needFauxqs(t)
+	_, name := newQueue(t, c, nil)
+	proxy := newConnCounter(t, strings.TrimPrefix(fauxqsEndpoint, "http://"))
+	raw := "sqs://" + name + "?region=" + testRegion + "&endpoint=http://" + proxy.addr + "&group=g&wait_time=0s"
+	pub, err := dedupq.OpenPublisher(ctxFor(t, 10*time.Second), raw, dedupq.PublisherOptions{})
+	if err != nil {
+		t.Fatalf("OpenPublisher: %v", err)
+	}
+	if _, err := pub.Publish(ctxFor(t, 10*time.Second), &dedupq.Message{ID: "a", Body: []byte("b")}); err != nil {
+		t.Fatalf("Publish: %v", err)
+	}
+	con, err := dedupq.OpenConsumer(ctxFor(t, 10*time.Second), raw, dedupq.ConsumerOptions{})
+	if err != nil {
+		t.Fatalf("OpenConsumer: %v", err)
+	}
+	if proxy.open() == 0 {
+		t.Fatal("no connection went through the proxy")
+	}
+	if err := pub.Close(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	if err := con.Close(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for proxy.open() > 0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d connection(s) still open 5s after Close", proxy.open())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// connCounter forwards TCP connections to target and counts those the
+// client has not closed.
+type connCounter struct {
+	addr string
+	n    atomic.Int64
+}
+
+func (p *connCounter) open() int64 { return p.n.Load() }
+
+func newConnCounter(t *testing.T, target string) *connCounter {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { l.Close() })
+	p := &connCounter{addr: l.Addr().String()}
+	go func() {
+		for {
+			in, err := l.Accept()
+			if err != nil {
+				return
+			}
+			p.n.Add(1)
+			go func() {
+				defer p.n.Add(-1)
+				defer in.Close()
+				out, err := net.Dial("tcp", target)
+				if err != nil {
+					return
+				}
+				defer out.Close()
+				go func() { _, _ = io.Copy(in, out) }()
+				_, _ = io.Copy(out, in) // returns when the client closes
+			}()
+		}
+	}()
+	return p
 }

@@ -225,7 +225,8 @@ func TestBatchedClaimDependsOnItsOwnContextOnly(t *testing.T) {
 // A claim whose caller gives up while it is in flight — alone in its
 // batch, so that nobody waits for the batch any more — returns its
 // context's error at once, and the key is free again afterwards: the
-// statement committed, so the store must undo it.
+// statement committed, so the store must undo it, after the commit (the
+// batch reads its outcome, which arrives here after the caller left).
 func TestClaimGivenUpInFlightIsUndone(t *testing.T) {
 	pool := connect(t, 8)
 	table := newTable(t, pool)
@@ -242,6 +243,7 @@ func TestClaimGivenUpInFlightIsUndone(t *testing.T) {
 	if a := await(t, "the claim whose deadline passed", ch); !errors.Is(a.err, context.DeadlineExceeded) || errors.Is(a.err, dedup.ErrStoreUnavailable) {
 		t.Fatalf("claim = %+v, %v; want its own context's error", a.c, a.err)
 	}
+	release()
 	keyFree(t, pool, s, table, key)
 }
 

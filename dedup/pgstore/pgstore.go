@@ -147,6 +147,10 @@ func New(db DB, o Options) (*Store, error) {
 	// Claims and completions batch apart, because they commit
 	// differently (see Options.AsyncClaims).
 	s.claims = coalesce.New(o.MaxBatch, o.MaxInFlight, s.flush, s.abandoned)
+	// A claim batch whose callers all gave up still reads its outcome, so
+	// that a claim it committed is released after it committed: cut short,
+	// the statement could commit after the release had found nothing.
+	s.claims.Grace = undoTimeout
 	s.completes = coalesce.New(o.MaxBatch, o.MaxInFlight, s.flush, s.abandoned)
 	return s, nil
 }

@@ -691,6 +691,21 @@ func TestDo(t *testing.T) {
 	if c, err := s.Claim(ctx, "panics", "fp", time.Second); err != nil || c.State != dedup.Acquired {
 		t.Fatalf("key after a panic = %+v, %v; want free", c, err)
 	}
+
+	// A handler whose transaction's connection breaks under it failed
+	// because the database did: its error says so (ErrStoreUnavailable,
+	// which a Consumer answers by holding the delivery and trying again,
+	// dedupq.ErrUnavailable), and still carries the driver's error.
+	_, err = s.Do(ctx, "conn-breaks", "fp", time.Hour, func(ctx context.Context, tx pgx.Tx) ([]byte, error) {
+		_, err := tx.Exec(ctx, "SELECT pg_terminate_backend(pg_backend_pid())")
+		return nil, err
+	})
+	if !errors.Is(err, dedup.ErrStoreUnavailable) || !errors.Is(err, dedupq.ErrUnavailable) || errors.Is(err, boom) {
+		t.Fatalf("Do whose connection broke: err = %v, want ErrStoreUnavailable and dedupq.ErrUnavailable", err)
+	}
+	if out, err := s.Do(ctx, "conn-breaks", "fp", time.Hour, write("conn-breaks", nil)); err != nil || !out.Ran {
+		t.Fatalf("Do after a broken connection = %+v, %v; want ran", out, err)
+	}
 }
 
 func TestTxGuard(t *testing.T) {

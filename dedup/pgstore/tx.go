@@ -44,7 +44,9 @@ type Outcome struct {
 // lock_timeout and idle_in_transaction_session_timeout on the database or
 // role. A key held by a Claim of the dedup.Store API fails with an error
 // matching dedup.ErrInProgress; a key recorded with another fingerprint
-// fails with a *dedup.ConflictError. fn's own error is returned as it is.
+// fails with a *dedup.ConflictError. fn's own error is returned as it is,
+// wrapped in dedup.ErrStoreUnavailable too when the transaction's
+// connection broke under fn (the database went away, not fn's logic).
 //
 // If the commit itself fails without an answer (the connection died), the
 // effect may or may not have committed: the error wraps
@@ -107,6 +109,12 @@ func (s *Store) do(ctx context.Context, key, fingerprint string, ttl time.Durati
 	// ctx carries tx too, so that code fn calls finds it with Tx.
 	result, err := fn(context.WithValue(ctx, txKey{}, tx), tx)
 	if err != nil {
+		if tx.Conn().IsClosed() && !errors.Is(err, dedup.ErrStoreUnavailable) {
+			// The connection broke under fn: the database failed, not
+			// fn, and the retry that ErrStoreUnavailable asks for is
+			// safe, since nothing of fn's committed.
+			return Outcome{}, false, fail(ctx, "do", key, err)
+		}
 		return Outcome{}, false, err
 	}
 	// The take above set expires_at from now(), the transaction's start,
@@ -239,8 +247,9 @@ func (g *TxGuard) Check(ctx context.Context) error {
 // before is acked without running h. One whose key another handler holds
 // is nacked (its error matches dedup.ErrInProgress). A key reused with
 // another payload is a permanent failure (dedup.ErrFingerprintMismatch):
-// no redelivery can make it right. An unreachable database nacks
-// (dedup.ErrStoreUnavailable): the delivery is never processed without a
+// no redelivery can make it right. An unreachable database fails it with
+// dedup.ErrStoreUnavailable, which a Consumer answers by holding the
+// delivery and trying again, never nacking it for that: the delivery is never processed without a
 // dedup decision. A delivery without a dedup ID (where the backend gives
 // no fallback identity, see its package doc) is nacked with an error
 // matching dedup.ErrEmptyKey, for the reasons the Guard gives: it is never

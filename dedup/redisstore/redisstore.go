@@ -141,6 +141,11 @@ func New(rdb redis.UniversalClient, o Options) (*Store, error) {
 	s := &Store{rdb: rdb, prefix: o.Prefix + o.Namespace + ":"}
 	if o.MaxBatch > 1 {
 		s.batch = coalesce.New(o.MaxBatch, o.MaxInFlight, s.flush, s.abandoned)
+		// A pipeline whose callers all gave up still reads its answers, so
+		// that a claim it made is released after Redis applied it: cut
+		// short, the SET could reach Redis after the release had found
+		// nothing.
+		s.batch.Grace = undoTimeout
 	}
 	return s, nil
 }

@@ -6,6 +6,7 @@ import (
 	"context"
 	"sync"
 	"sync/atomic"
+	"time"
 )
 
 // Call is the Batcher's part of a request: every request type embeds it,
@@ -63,13 +64,19 @@ func (c *Call) Settle() {
 // batch is what the requests of one flush share.
 type batch struct {
 	// live counts the requests whose callers still wait for their answer;
-	// when it reaches zero nobody does, and the flush's context ends.
+	// when it reaches zero nobody does, and the flush's context ends, after
+	// grace.
 	live   atomic.Int32
+	grace  time.Duration
 	cancel context.CancelFunc
 }
 
 func (b *batch) leave() {
 	if b.live.Add(-1) == 0 {
+		if b.grace > 0 {
+			time.AfterFunc(b.grace, b.cancel)
+			return
+		}
 		b.cancel()
 	}
 }
@@ -86,7 +93,8 @@ func (b *batch) leave() {
 // (the redeliveries of a key in progress, say) nor another caller's deadline
 // decides when or how a caller returns. A flush runs under a context of its
 // own, which carries the values of its first request's context but ends
-// only when every caller in the batch has given up: one caller's deadline
+// only when every caller in the batch has given up (and Grace has passed
+// since): one caller's deadline
 // must not fail the others' requests riding in the same round trip, and a
 // round trip whose answers nobody waits for any more need not go on.
 //
@@ -96,6 +104,14 @@ func (b *batch) leave() {
 // to New, which undoes what only its caller could have undone (a claim that
 // was acquired for a caller who was told it failed).
 type Batcher[R Request] struct {
+	// Grace is how long a flush goes on after the last caller of its batch
+	// gave up, so that it can still learn what the store applied: a store
+	// that cut a statement short at once would not know whether a claim
+	// committed, and an undo sent meanwhile could reach the store before
+	// the claim does. Set it before the first Do; zero ends the flush at
+	// once.
+	Grace time.Duration
+
 	max       int
 	slots     chan struct{}
 	flush     func(ctx context.Context, batch []R)
@@ -222,7 +238,7 @@ func (b *Batcher[R]) take() ([]R, *batch, context.Context) {
 	if len(reqs) == 0 {
 		return nil, nil, nil
 	}
-	bt := &batch{}
+	bt := &batch{grace: b.Grace}
 	ctx, cancel := context.WithCancel(context.WithoutCancel(reqs[0].call().ctx))
 	bt.cancel = cancel
 	bt.live.Store(int32(len(reqs)))

@@ -438,3 +438,33 @@ func TestGivingUpRacesTheAnswer(t *testing.T) {
 	}
 	t.Logf("%d answered, %d gave up (%d of them after being sent)", answered, gaveUp, undone)
 }
+
+// With Grace, a flush whose last caller gave up goes on for Grace, so that
+// the store can still read what it applied, and then ends.
+func TestGraceKeepsTheFlushAfterTheLastCallerLeft(t *testing.T) {
+	s := newScript()
+	b := s.batcher(8, 1)
+	b.Grace = 200 * time.Millisecond
+	ctx, cancel := context.WithCancel(context.Background())
+	ret := async(ctx, b, newReq(0))
+	f := s.next(t)
+	left := time.Now()
+	cancel()
+	if err := wait(t, "the caller", ret); !errors.Is(err, context.Canceled) {
+		t.Fatalf("caller: %v", err)
+	}
+	select {
+	case <-f.ctx.Done():
+		if d := time.Since(left); d < b.Grace {
+			t.Fatalf("the flush's context ended %s after its last caller left, before the %s grace", d, b.Grace)
+		}
+	case <-time.After(patience):
+		t.Fatal("the flush's context did not end after the grace")
+	}
+	close(f.proceed)
+	select {
+	case <-s.late:
+	case <-time.After(patience):
+		t.Fatal("abandoned hook not called")
+	}
+}
