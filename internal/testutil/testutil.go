@@ -5,10 +5,10 @@ package testutil
 
 import (
 	"context"
-	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/dedupq/dedupq/internal/parallel"
 )
 
 // WaitFor polls cond every millisecond until it holds, failing the test if
@@ -24,29 +24,14 @@ func WaitFor(t testing.TB, cond func() bool) {
 	}
 }
 
-// Parallel runs op b.N times over conc goroutines (unlike b.RunParallel,
-// whose goroutine count scales with GOMAXPROCS) and reports msgs/s.
+// Parallel runs op b.N times over conc goroutines (see parallel.Run) and
+// reports msgs/s.
 func Parallel(b *testing.B, conc int, op func(ctx context.Context, i int64) error) {
-	ctx := context.Background()
-	var next atomic.Int64
-	var wg sync.WaitGroup
-	var once sync.Once
 	b.ResetTimer()
-	for range conc {
-		wg.Go(func() {
-			for {
-				i := next.Add(1)
-				if i > int64(b.N) {
-					return
-				}
-				if err := op(ctx, i); err != nil {
-					once.Do(func() { b.Error(err) })
-					return
-				}
-			}
-		})
-	}
-	wg.Wait()
+	_, err := parallel.Run(context.Background(), conc, int64(b.N), op)
 	b.StopTimer()
+	if err != nil {
+		b.Error(err)
+	}
 	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "msgs/s")
 }

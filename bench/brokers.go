@@ -1,0 +1,385 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/dedupq/dedupq"
+	djs "github.com/dedupq/dedupq/adapters/jetstream"
+	"github.com/dedupq/dedupq/adapters/jetstream/embedded"
+	"github.com/dedupq/dedupq/adapters/mem"
+	"github.com/dedupq/dedupq/dedup"
+	"github.com/dedupq/dedupq/dedup/memstore"
+	"github.com/dedupq/dedupq/dedup/redisstore"
+	"github.com/dedupq/dedupq/driver"
+	"github.com/dedupq/dedupq/window"
+)
+
+// payload is the 1 KiB body of every broker message.
+var payload = make([]byte, 1024)
+
+// consumeConcurrency is the dedupq consumer's handler concurrency and the
+// raw loops' batch size: the same parallelism for both.
+const consumeConcurrency = 64
+
+// messages returns n dedupq messages with IDs prefix0…
+func messages(prefix string, n int64) []*dedupq.Message {
+	msgs := make([]*dedupq.Message, n)
+	for i := range msgs {
+		msgs[i] = &dedupq.Message{ID: prefix + strconv.Itoa(i), Body: payload}
+	}
+	return msgs
+}
+
+// consumeAll runs a dedupq consumer on sub until n distinct messages were
+// handled, with dedup when g is non-nil.
+func consumeAll(ctx context.Context, sub driver.Subscription, g dedupq.Deduplicator, n int64) (time.Duration, error) {
+	opts := dedupq.ConsumerOptions{Concurrency: consumeConcurrency, PublisherSpan: window.DefaultRetryPolicy().Span()}
+	if g != nil {
+		opts.Dedup = g
+	}
+	con, err := dedupq.NewConsumer(ctx, sub, opts)
+	if err != nil {
+		return 0, err
+	}
+	defer con.Close(context.Background())
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Minute)
+	defer cancel()
+	var mu sync.Mutex
+	handled := make(map[string]bool, n)
+	start := time.Now()
+	err = con.Run(ctx, func(_ context.Context, d *dedupq.Delivery) error {
+		mu.Lock()
+		defer mu.Unlock()
+		handled[d.Message.ID] = true
+		if int64(len(handled)) == n {
+			cancel() // Run returns once every delivery is settled
+		}
+		return nil
+	})
+	elapsed := time.Since(start)
+	mu.Lock()
+	got := int64(len(handled))
+	mu.Unlock()
+	if got < n {
+		return 0, fmt.Errorf("handled %d of %d messages (%v)", got, n, err)
+	}
+	return elapsed, err
+}
+
+func guardOn(s dedup.Store) (dedupq.Deduplicator, error) {
+	return dedup.NewGuard(dedup.GuardOptions{Store: s, TTL: time.Hour})
+}
+
+func memRows(context.Context, config) ([]row, func(), error) {
+	broker := mem.NewBroker(mem.Options{DedupWindow: time.Hour, MaxDeliveries: 5})
+	// Every round and side gets queues of its own.
+	queue := func(side string, round int) string { return fmt.Sprintf("%s-%d-%s", side, round, randomName("")) }
+	rawPublish := side{"driver SendBatch", func(ctx context.Context, round int, n int64) (time.Duration, error) {
+		top := broker.Topic(queue("raw-pub", round))
+		return sendAll(ctx, top, "m", n)
+	}}
+	dqPublish := side{"Publisher", func(ctx context.Context, round int, n int64) (time.Duration, error) {
+		pub, err := dedupq.NewPublisher(ctx, broker.Topic(queue("dq-pub", round)), dedupq.PublisherOptions{})
+		if err != nil {
+			return 0, err
+		}
+		defer pub.Close(context.Background())
+		msgs := messages("m", n)
+		start := time.Now()
+		_, err = pub.PublishBatch(ctx, msgs)
+		return time.Since(start), err
+	}}
+	filled := func(ctx context.Context, name string, n int64) (driver.Subscription, error) {
+		_, err := sendAll(ctx, broker.Topic(name), "m", n)
+		return broker.Subscription(name), err
+	}
+	rawConsume := side{"driver Receive+Ack", func(ctx context.Context, round int, n int64) (time.Duration, error) {
+		name := queue("raw-con", round)
+		sub, err := filled(ctx, name, n)
+		if err != nil {
+			return 0, err
+		}
+		defer sub.Close()
+		start := time.Now()
+		for done := int64(0); done < n; {
+			ds, err := sub.Receive(ctx, consumeConcurrency)
+			if err != nil {
+				return 0, err
+			}
+			for _, d := range ds {
+				if err := sub.Ack(ctx, d); err != nil {
+					return 0, err
+				}
+				done++
+			}
+		}
+		return time.Since(start), nil
+	}}
+	dqConsume := func(name string, guarded bool) side {
+		return side{name, func(ctx context.Context, round int, n int64) (time.Duration, error) {
+			sub, err := filled(ctx, queue("dq-con", round), n)
+			if err != nil {
+				return 0, err
+			}
+			var g dedupq.Deduplicator
+			if guarded {
+				if g, err = guardOn(memstore.New(nil)); err != nil {
+					return 0, err
+				}
+			}
+			return consumeAll(ctx, sub, g, n)
+		}}
+	}
+	rows := []row{
+		{name: "publish 1 KiB", conc: 1, n: 50_000, raw: rawPublish, dq: dqPublish},
+		{name: "consume", conc: consumeConcurrency, n: 50_000, raw: rawConsume, dq: dqConsume("Consumer", false)},
+		{name: "consume+guard", conc: consumeConcurrency, n: 50_000, goal: 0.8, raw: rawConsume, dq: dqConsume("Consumer+Guard(memstore)", true)},
+	}
+	return rows, func() {}, nil
+}
+
+// sendAll stores n messages through the driver in batches of its MaxBatch.
+func sendAll(ctx context.Context, top driver.Topic, prefix string, n int64) (time.Duration, error) {
+	batch := make([]*driver.Message, 0, top.MaxBatch())
+	start := time.Now()
+	for i := int64(0); i < n; {
+		batch = batch[:0]
+		for ; i < n && len(batch) < cap(batch); i++ {
+			batch = append(batch, &driver.Message{ID: prefix + strconv.FormatInt(i, 10), Body: payload})
+		}
+		res, err := top.SendBatch(ctx, batch)
+		if err != nil {
+			return 0, err
+		}
+		for _, r := range res {
+			if r.Err != nil {
+				return 0, r.Err
+			}
+		}
+	}
+	return time.Since(start), nil
+}
+
+func jetstreamEmbeddedRows(ctx context.Context, c config) ([]row, func(), error) {
+	url, stop, err := embedded.Run(ctx, "")
+	if err != nil {
+		return nil, nil, err
+	}
+	rows, cleanup, err := jetstreamRows(ctx, c, url)
+	if err != nil {
+		stop()
+		return nil, nil, err
+	}
+	return rows, func() { cleanup(); stop() }, nil
+}
+
+func jetstreamURLRows(ctx context.Context, c config) ([]row, func(), error) {
+	return jetstreamRows(ctx, c, c.natsURL)
+}
+
+func jetstreamRows(ctx context.Context, c config, url string) ([]row, func(), error) {
+	nc, err := nats.Connect(url, nats.ReconnectBufSize(-1))
+	if err != nil {
+		return nil, nil, err
+	}
+	js, err := jetstream.New(nc)
+	if err != nil {
+		nc.Close()
+		return nil, nil, err
+	}
+	var streams []string
+	// stream creates a fresh file-backed stream and its durable.
+	stream := func(ctx context.Context) (djs.Config, error) {
+		name := randomName("BENCH_")
+		cfg := djs.Config{Stream: name, Subject: "bench." + name, Durable: "bench", MaxDeliver: 5}
+		// Made here, not by OpenTopic's CreateStream: a topic removes the
+		// stream it made when it closes.
+		_, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: name, Subjects: []string{cfg.Subject, cfg.Subject + ".>"}, Storage: jetstream.FileStorage})
+		if err == nil {
+			streams = append(streams, name)
+		}
+		return cfg, err
+	}
+	// Warm the server up, so that the first round's first side does not
+	// pay for a cold start alone.
+	warm, err := stream(ctx)
+	if err == nil {
+		err = publishAll(ctx, js, warm.Subject, "warm", 2000)
+	}
+	if err != nil {
+		nc.Close()
+		return nil, nil, err
+	}
+	rdb := redis.NewClient(&redis.Options{Addr: c.redis, PoolSize: 64})
+	rawPublish := side{"PublishAsync", func(ctx context.Context, _ int, n int64) (time.Duration, error) {
+		cfg, err := stream(ctx)
+		if err != nil {
+			return 0, err
+		}
+		start := time.Now()
+		if err := publishAll(ctx, js, cfg.Subject, "m", n); err != nil {
+			return 0, err
+		}
+		return time.Since(start), nil
+	}}
+	dqPublish := side{"Publisher", func(ctx context.Context, _ int, n int64) (time.Duration, error) {
+		cfg, err := stream(ctx)
+		if err != nil {
+			return 0, err
+		}
+		top, err := djs.OpenTopic(ctx, nc, cfg)
+		if err != nil {
+			return 0, err
+		}
+		pub, err := dedupq.NewPublisher(ctx, top, dedupq.PublisherOptions{})
+		if err != nil {
+			return 0, err
+		}
+		defer pub.Close(context.Background())
+		msgs := messages("m", n)
+		start := time.Now()
+		_, err = pub.PublishBatch(ctx, msgs)
+		return time.Since(start), err
+	}}
+	filled := func(ctx context.Context, n int64) (djs.Config, error) {
+		cfg, err := stream(ctx)
+		if err == nil {
+			err = publishAll(ctx, js, cfg.Subject, "m", n)
+		}
+		return cfg, err
+	}
+	rawConsume := side{"Fetch+Ack", func(ctx context.Context, _ int, n int64) (time.Duration, error) {
+		cfg, err := filled(ctx, n)
+		if err != nil {
+			return 0, err
+		}
+		cons, err := js.CreateConsumer(ctx, cfg.Stream, jetstream.ConsumerConfig{Durable: cfg.Durable, AckPolicy: jetstream.AckExplicitPolicy, MaxDeliver: 5})
+		if err != nil {
+			return 0, err
+		}
+		deadline := time.Now().Add(5 * time.Minute)
+		start := time.Now()
+		// Counted per stream sequence: a redelivery does not count twice.
+		seen := make(map[uint64]bool, n)
+		for int64(len(seen)) < n {
+			if time.Now().After(deadline) {
+				return 0, fmt.Errorf("consumed %d of %d in 5 minutes", len(seen), n)
+			}
+			// Never more than remain: a fetch waits its MaxWait for a
+			// batch the stream cannot fill.
+			batch, err := cons.Fetch(int(min(consumeConcurrency, n-int64(len(seen)))), jetstream.FetchMaxWait(time.Second))
+			if err != nil {
+				return 0, err
+			}
+			for m := range batch.Messages() {
+				meta, err := m.Metadata()
+				if err != nil {
+					return 0, err
+				}
+				if err := m.Ack(); err != nil { // fire and forget: fails only locally
+					return 0, err
+				}
+				seen[meta.Sequence.Stream] = true
+			}
+			if err := batch.Error(); err != nil && !errors.Is(err, nats.ErrTimeout) {
+				return 0, err
+			}
+		}
+		if err := nc.Flush(); err != nil {
+			return 0, err
+		}
+		return time.Since(start), nil
+	}}
+	dqConsume := func(name string, store func() (dedup.Store, error)) side {
+		return side{name, func(ctx context.Context, _ int, n int64) (time.Duration, error) {
+			cfg, err := filled(ctx, n)
+			if err != nil {
+				return 0, err
+			}
+			sub, err := djs.OpenSubscription(ctx, nc, cfg)
+			if err != nil {
+				return 0, err
+			}
+			var g dedupq.Deduplicator
+			if store != nil {
+				s, err := store()
+				if err != nil {
+					return 0, err
+				}
+				if g, err = guardOn(s); err != nil {
+					return 0, err
+				}
+			}
+			return consumeAll(ctx, sub, g, n)
+		}}
+	}
+	mems := func() (dedup.Store, error) { return memstore.New(nil), nil }
+	reds := func() (dedup.Store, error) {
+		return redisstore.New(rdb, redisstore.Options{Namespace: randomName("bench")})
+	}
+	n := int64(20_000)
+	rows := []row{
+		{name: "publish 1 KiB", conc: 1, n: n, goal: 0.95, raw: rawPublish, dq: dqPublish},
+		{name: "consume", conc: consumeConcurrency, n: n, raw: rawConsume, dq: dqConsume("Consumer", nil)},
+		{name: "consume+guard", conc: consumeConcurrency, n: n, goal: 0.8, raw: rawConsume, dq: dqConsume("Consumer+Guard(memstore)", mems)},
+	}
+	if c.only["redis"] || rdb.Ping(ctx).Err() == nil {
+		rows = append(rows, row{name: "consume+guard", conc: consumeConcurrency, n: n, goal: 0.7, raw: rawConsume, dq: dqConsume("Consumer+Guard(redisstore)", reds)})
+	}
+	cleanup := func() {
+		for _, s := range streams {
+			_ = js.DeleteStream(context.Background(), s)
+		}
+		rdb.Close()
+		nc.Close()
+	}
+	return rows, cleanup, nil
+}
+
+// publishAll publishes n messages asynchronously and waits for every ack.
+// When the client's window of unacknowledged publishes stays full past its
+// stall wait (a loaded machine), nats.go returns ErrTooManyStalledMsgs
+// without sending: then it waits for the window to drain and sends again,
+// the flow control that error asks for, so the baseline never fails for it.
+func publishAll(ctx context.Context, js jetstream.JetStream, subject, prefix string, n int64) error {
+	futures := make([]jetstream.PubAckFuture, 0, n)
+	for i := range n {
+		id := prefix + strconv.FormatInt(i, 10)
+		for {
+			f, err := js.PublishMsgAsync(&nats.Msg{Subject: subject, Data: payload}, jetstream.WithMsgID(id))
+			if err == nil {
+				futures = append(futures, f)
+				break
+			}
+			if !errors.Is(err, jetstream.ErrTooManyStalledMsgs) {
+				return fmt.Errorf("publishing %s: %w", id, err)
+			}
+			select {
+			case <-js.PublishAsyncComplete():
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+		}
+	}
+	timeout := time.NewTimer(time.Minute)
+	defer timeout.Stop()
+	for i, f := range futures {
+		select {
+		case <-f.Ok():
+		case err := <-f.Err():
+			return fmt.Errorf("publishing message %d: %w", i, err)
+		case <-timeout.C:
+			return errors.New("publishes not acknowledged within a minute")
+		}
+	}
+	return nil
+}
