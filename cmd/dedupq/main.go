@@ -2,6 +2,7 @@
 // brokers, for people and for deployment pipelines.
 //
 //	dedupq check [flags] URL...
+//	dedupq outbox status [flags] DSN
 //
 // opens each URL through dedupq's URL registry (every backend is linked
 // in, and jetstream://embedded/… too), reads the live dedup window and
@@ -15,6 +16,11 @@
 // The retry policy is DefaultRetryPolicy's, changed by --policy FILE (a
 // JSON object with the flags' names as keys, durations as strings such as
 // "10s") and then by the flags given. No URL query value is ever printed.
+//
+// outbox status prints how many rows of a transactional outbox (package
+// outbox) wait to be published, how many the relay parked, and the age of
+// the oldest waiting one; it exits 1 when rows are parked. The DSN is never
+// printed.
 //
 // Exit status: 0 when every check passes, 1 when a check fails (the
 // policy is unsafe on some backend), 2 when a URL could not be opened or
@@ -53,7 +59,8 @@ func main() {
 }
 
 const usage = `usage:
-  dedupq check [flags] URL...   check a retry policy against live brokers
+  dedupq check [flags] URL...          check a retry policy against live brokers
+  dedupq outbox status [flags] DSN     pending and parked rows of a transactional outbox
 
 Run "dedupq check -h" for the flags.
 `
@@ -66,6 +73,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	switch args[0] {
 	case "check":
 		return check(ctx, args[1:], stdout, stderr)
+	case "outbox":
+		return outboxCmd(ctx, args[1:], stdout, stderr)
 	case "-h", "-help", "--help", "help":
 		fmt.Fprint(stdout, usage)
 		return exitOK
