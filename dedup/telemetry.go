@@ -29,6 +29,42 @@ const (
 	outcomeEmptyKey    = "empty_key"
 )
 
+// Decision is a consumer-side dedup decision: one field of Stats, and the
+// dedupq.outcome of the metric dedupq.dedup.decisions.
+type Decision string
+
+// The decisions, one per Stats field.
+const (
+	DecisionRan         Decision = outcomeRan
+	DecisionFailed      Decision = outcomeFailed
+	DecisionSuppressed  Decision = outcomeSuppressed
+	DecisionDeferred    Decision = outcomeDeferred
+	DecisionConflict    Decision = outcomeConflict
+	DecisionBypassed    Decision = outcomeBypassed
+	DecisionUnrecorded  Decision = outcomeUnrecorded
+	DecisionUnavailable Decision = outcomeUnavailable
+	DecisionEmptyKey    Decision = outcomeEmptyKey
+)
+
+// DecisionCounter counts decisions as the metric dedupq.dedup.decisions,
+// so that a deduplicator outside this package (pgstore.TxGuard) reports in
+// the Guard's terms. The zero value counts nothing.
+type DecisionCounter struct{ gm guardMetrics }
+
+// NewDecisionCounter returns a counter on mp (nil: the global provider),
+// labelled with store's name (see StoreName).
+func NewDecisionCounter(mp metric.MeterProvider, store Store) DecisionCounter {
+	gm, _ := newGuardMetrics(mp, store)
+	return DecisionCounter{gm: gm}
+}
+
+// Add counts one decision.
+func (c DecisionCounter) Add(ctx context.Context, d Decision) {
+	if c.gm.decisions != nil {
+		c.gm.add(ctx, string(d))
+	}
+}
+
 // guardMetrics are a Guard's instruments.
 type guardMetrics struct {
 	decisions metric.Int64Counter

@@ -14,6 +14,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"os/exec"
 	"strings"
@@ -29,6 +30,9 @@ import (
 	"github.com/dedupq/dedupq/dedup"
 	"github.com/dedupq/dedupq/dedup/pgstore"
 	"github.com/dedupq/dedupq/dedup/storetest"
+
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
+	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 )
 
 var _ dedup.Store = (*pgstore.Store)(nil)
@@ -711,7 +715,9 @@ func TestDo(t *testing.T) {
 func TestTxGuard(t *testing.T) {
 	pool := connect(t, 4)
 	table, fx := newTable(t, pool), newEffects(t, pool)
-	g, err := pgstore.NewTxGuard(newStore(t, pool, pgstore.Options{Table: table}), pgstore.TxGuardOptions{TTL: time.Hour})
+	reader := sdkmetric.NewManualReader()
+	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
+	g, err := pgstore.NewTxGuard(newStore(t, pool, pgstore.Options{Table: table}), pgstore.TxGuardOptions{TTL: time.Hour, MeterProvider: mp})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -756,6 +762,10 @@ func TestTxGuard(t *testing.T) {
 	if got, want := g.Stats(), (dedup.Stats{Ran: 1, Failed: 1, Suppressed: 1, Conflicts: 1}); got != want {
 		t.Fatalf("Stats = %+v, want %+v", got, want)
 	}
+	// The same decisions as the metric a Guard reports.
+	if got, want := decisions(t, reader), map[string]int64{"ran": 1, "failed": 1, "suppressed_duplicate": 1, "fingerprint_conflict": 1}; !maps.Equal(got, want) {
+		t.Fatalf("dedupq.dedup.decisions = %v, want %v", got, want)
+	}
 	// The effect committed with the key's completion record.
 	if c, err := store.Claim(ctx, "order-7", dedup.BodyFingerprint(&d(5, "pay 10").Message), time.Hour); err != nil || c.State != dedup.Completed {
 		t.Fatalf("key after the committed run = %+v, %v; want completed", c, err)
@@ -763,4 +773,31 @@ func TestTxGuard(t *testing.T) {
 	if g.TTL() != time.Hour {
 		t.Fatalf("TTL = %s", g.TTL())
 	}
+}
+
+// decisions reads dedupq.dedup.decisions by dedupq.outcome, for the
+// pgstore label only.
+func decisions(t *testing.T, r *sdkmetric.ManualReader) map[string]int64 {
+	t.Helper()
+	var rm metricdata.ResourceMetrics
+	if err := r.Collect(context.Background(), &rm); err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]int64{}
+	for _, sm := range rm.ScopeMetrics {
+		for _, m := range sm.Metrics {
+			sum, ok := m.Data.(metricdata.Sum[int64])
+			if m.Name != "dedupq.dedup.decisions" || !ok {
+				continue
+			}
+			for _, p := range sum.DataPoints {
+				if st, _ := p.Attributes.Value("dedupq.store"); st.AsString() != "pgstore" {
+					continue
+				}
+				o, _ := p.Attributes.Value("dedupq.outcome")
+				out[o.AsString()] += p.Value
+			}
+		}
+	}
+	return out
 }

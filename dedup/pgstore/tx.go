@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"go.opentelemetry.io/otel/metric"
 
 	"github.com/dedupq/dedupq"
 	"github.com/dedupq/dedupq/dedup"
@@ -200,6 +201,7 @@ type TxGuard struct {
 	store       *Store
 	ttl         time.Duration
 	fingerprint func(*dedupq.Message) string
+	decisions   dedup.DecisionCounter
 	stats       struct {
 		ran, failed, suppressed, deferred, conflicts, unavailable, emptyKey atomic.Uint64
 	}
@@ -219,6 +221,10 @@ type TxGuardOptions struct {
 	// for another payload is reported instead of skipped; nil means
 	// dedup.BodyFingerprint, as for the Guard.
 	Fingerprint func(*dedupq.Message) string
+	// MeterProvider receives the TxGuard's decisions as
+	// dedupq.dedup.decisions with dedupq.store=pgstore, as a Guard's; nil
+	// means otel.GetMeterProvider().
+	MeterProvider metric.MeterProvider
 }
 
 // NewTxGuard returns a TxGuard on s.
@@ -229,7 +235,7 @@ func NewTxGuard(s *Store, o TxGuardOptions) (*TxGuard, error) {
 	if o.Fingerprint == nil {
 		o.Fingerprint = dedup.BodyFingerprint
 	}
-	return &TxGuard{store: s, ttl: o.TTL, fingerprint: o.Fingerprint}, nil
+	return &TxGuard{store: s, ttl: o.TTL, fingerprint: o.Fingerprint, decisions: dedup.NewDecisionCounter(o.MeterProvider, s)}, nil
 }
 
 // TTL implements dedupq.Deduplicator.
@@ -260,22 +266,26 @@ func (g *TxGuard) Stats() dedup.Stats {
 		EmptyKey: s.emptyKey.Load()}
 }
 
-func (g *TxGuard) count(out Outcome, err error) {
+func (g *TxGuard) count(ctx context.Context, out Outcome, err error) {
 	s := &g.stats
+	var n *atomic.Uint64
+	var d dedup.Decision
 	switch {
 	case err == nil && out.Ran:
-		s.ran.Add(1)
+		n, d = &s.ran, dedup.DecisionRan
 	case err == nil:
-		s.suppressed.Add(1)
+		n, d = &s.suppressed, dedup.DecisionSuppressed
 	case errors.Is(err, dedup.ErrInProgress):
-		s.deferred.Add(1)
+		n, d = &s.deferred, dedup.DecisionDeferred
 	case errors.Is(err, dedup.ErrFingerprintMismatch):
-		s.conflicts.Add(1)
+		n, d = &s.conflicts, dedup.DecisionConflict
 	case errors.Is(err, dedup.ErrStoreUnavailable):
-		s.unavailable.Add(1)
+		n, d = &s.unavailable, dedup.DecisionUnavailable
 	default:
-		s.failed.Add(1)
+		n, d = &s.failed, dedup.DecisionFailed
 	}
+	n.Add(1)
+	g.decisions.Add(ctx, d)
 }
 
 // Wrap implements dedupq.Deduplicator. A delivery whose key completed
@@ -294,12 +304,13 @@ func (g *TxGuard) Wrap(h dedupq.Handler) dedupq.Handler {
 	return func(ctx context.Context, d *dedupq.Delivery) error {
 		if d.Message.ID == "" {
 			g.stats.emptyKey.Add(1)
+			g.decisions.Add(ctx, dedup.DecisionEmptyKey)
 			return fmt.Errorf("pgstore: delivery with backend ID %q (attempt %d): %w", d.BackendID, d.Attempt, dedup.ErrEmptyKey)
 		}
 		out, err := g.store.Do(ctx, d.Message.ID, g.fingerprint(&d.Message), g.ttl, func(ctx context.Context, _ pgx.Tx) ([]byte, error) {
 			return nil, h(ctx, d) // ctx carries the transaction: see Tx
 		})
-		g.count(out, err)
+		g.count(ctx, out, err)
 		if errors.Is(err, dedup.ErrFingerprintMismatch) {
 			return dedupq.Permanent(err)
 		}
