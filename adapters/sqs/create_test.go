@@ -296,8 +296,10 @@ func TestCreatePlanIsWhatIsCreated(t *testing.T) {
 	if plannedR.String() != liveR.String() || plannedR.MaxDeliveries != 4 || plannedR.AckWait != 9*time.Second {
 		t.Errorf("redelivery planned %v, live %v; want both 4 deliveries of 9s", plannedR, liveR)
 	}
-	if plannedW != liveW {
-		t.Errorf("window planned %v, live %v", plannedW, liveW)
+	if plannedW.Duration != liveW.Duration || plannedW.Kind != liveW.Kind ||
+		plannedW.Source != window.SourceDocumented || !strings.HasSuffix(plannedW.Scope, ", to be created") ||
+		liveW.Source != window.SourceDiscovered || plannedW.Scope != liveW.Scope+", to be created" {
+		t.Errorf("window planned %v, live %v; want the same window, documented and to be created before, discovered after", plannedW, liveW)
 	}
 	if tp.QueueInfo().URL == "" || tp.QueueInfo().URL != sub.QueueInfo().URL {
 		t.Errorf("the Topic uses %q, the Subscription %q", tp.QueueInfo().URL, sub.QueueInfo().URL)

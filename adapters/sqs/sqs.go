@@ -141,15 +141,20 @@ type QueueInfo struct {
 // Window is the dedup window this queue gives. Its Source is
 // SourceDiscovered because what shapes it (FifoQueue, DeduplicationScope)
 // was read from the queue; the 5-minute length itself is SQS's documented
-// constant, which no attribute exposes.
+// constant, which no attribute exposes. A queue Options.Create has yet to
+// make (no URL) was read from nowhere: SourceDocumented, "to be created".
 func (q QueueInfo) Window() window.Window {
 	scope := "queue"
 	if q.DeduplicationScope == "messageGroup" {
 		scope = "message group"
 	}
+	src := window.SourceDiscovered
+	if q.URL == "" {
+		src, scope = window.SourceDocumented, scope+", to be created"
+	}
 	return window.Window{
 		Backend: Backend, Duration: DedupWindow, Kind: window.KindFixed,
-		Source: window.SourceDiscovered, Scope: scope,
+		Source: src, Scope: scope,
 		// The window is fixed by AWS: no setting changes it.
 		Settings: window.Settings{
 			AckWait:       "the visibility timeout (the queue's VisibilityTimeout, or Options.VisibilityTimeout, URL parameter ack_wait, which overrides it)",

@@ -306,6 +306,7 @@ func TestREADME(t *testing.T) {
 	named := regexp.MustCompile(`cmd/dedupq/(testdata/[A-Za-z0-9_.-]+)`)
 	var (
 		prev, file string
+		para       string
 		in         bool
 		body       strings.Builder
 		checked    int
@@ -314,6 +315,9 @@ func TestREADME(t *testing.T) {
 		switch {
 		case !in && strings.HasPrefix(line, "```"):
 			in, file = true, ""
+			if para != "" {
+				prev, para = para, ""
+			}
 			if m := named.FindAllStringSubmatch(prev, -1); m != nil {
 				file = m[len(m)-1][1]
 			}
@@ -334,8 +338,13 @@ func TestREADME(t *testing.T) {
 			checked++
 		case in:
 			body.WriteString(line + "\n")
-		case strings.TrimSpace(line) != "":
-			prev = line
+		case strings.TrimSpace(line) == "":
+			// A block is named by the paragraph just before it.
+			if para != "" {
+				prev, para = para, ""
+			}
+		default:
+			para += " " + line
 		}
 	}
 	if checked < 3 {
