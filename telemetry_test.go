@@ -183,7 +183,11 @@ func TestMetricsScriptedRun(t *testing.T) {
 		{"dedupq.store.duration", "dedupq.store=memstore,dedupq.store.op=release", 1},
 		{"dedupq.window", "dedupq.role=publisher," + mem, 0},
 		{"dedupq.worst_case_span", "dedupq.role=publisher," + mem, pub.RetryPolicy().Span().Seconds()},
-		{"dedupq.worst_case_span", "dedupq.role=consumer," + mem, con.Redelivery().Span().Seconds()},
+		// What the startup check asked the TTL to cover: the broker has no
+		// window, so the publishers' whole span comes on top of the
+		// redelivery span.
+		{"dedupq.worst_case_span", "dedupq.role=consumer," + mem, (con.Redelivery().Span() + pub.RetryPolicy().Span()).Seconds()},
+		{"dedupq.dedup.ttl", "dedupq.role=consumer," + mem, guard.TTL().Seconds()},
 	}
 	for _, w := range want {
 		v, ok := got[w.name][w.attrs]
