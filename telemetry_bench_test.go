@@ -75,13 +75,61 @@ func benchConsume(b *testing.B, opts ConsumerOptions) {
 			return nil
 		})
 	}()
-	for i := range b.N {
-		sub.in <- &driver.Delivery{Attempt: 1, BackendID: "x", Message: driver.Message{ID: "m", Body: []byte("body"),
-			Attributes: map[string]string{"k": "v", driver.AttrTraceParent: "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"}}}
-		_ = i
+	for range b.N {
+		sub.in <- newBenchDelivery()
 	}
 	<-all
 	b.StopTimer()
 	stop()
 	<-done
+}
+
+// BenchmarkConsumeTelemetryCompare is BenchmarkConsumeTelemetry with the
+// variants interleaved (otelbench.Compare): each round hands 2,000
+// deliveries to each variant's running consumer. Its name/off metrics are
+// the overhead ratios; -benchtime 15x runs 15 rounds.
+func BenchmarkConsumeTelemetryCompare(b *testing.B) {
+	otelbench.Compare(b, 2000, func(b *testing.B, v otelbench.Variant) otelbench.Runner {
+		ctx := context.Background()
+		sub := &benchSub{in: make(chan *driver.Delivery, 256)}
+		con, err := NewConsumer(ctx, sub, ConsumerOptions{Concurrency: 4, MeterProvider: v.MP, TracerProvider: v.TP})
+		if err != nil {
+			b.Fatal(err)
+		}
+		var handled, want atomic.Int64
+		reached := make(chan struct{}, 1)
+		runCtx, stop := context.WithCancel(ctx)
+		done := make(chan error)
+		go func() {
+			done <- con.Run(runCtx, func(context.Context, *Delivery) error {
+				if handled.Add(1) == want.Load() {
+					reached <- struct{}{}
+				}
+				return nil
+			})
+		}()
+		return otelbench.Runner{
+			Run: func(k int) time.Duration {
+				want.Add(int64(k))
+				start := time.Now()
+				for range k {
+					sub.in <- newBenchDelivery()
+				}
+				<-reached
+				return time.Since(start)
+			},
+			Stop: func() {
+				stop()
+				<-done
+				_ = con.Close(ctx)
+			},
+		}
+	})
+}
+
+// newBenchDelivery is a delivery with a trace context and a user
+// attribute, as a traced publisher's message arrives.
+func newBenchDelivery() *driver.Delivery {
+	return &driver.Delivery{Attempt: 1, BackendID: "x", Message: driver.Message{ID: "m", Body: []byte("body"),
+		Attributes: map[string]string{"k": "v", driver.AttrTraceParent: "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"}}}
 }
