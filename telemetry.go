@@ -194,11 +194,17 @@ func newConTelemetry(opts ConsumerOptions, w window.Window, r window.RedeliveryP
 			trace.WithAttributes(attrSystem.String(system), attrOperation.String("process"))}
 		t.handlerOpts = []trace.SpanStartOption{trace.WithSpanKind(trace.SpanKindInternal)}
 	}
-	if metricsOff(opts.MeterProvider) {
+	mp := opts.MeterProvider
+	if mp == nil {
+		// A global set to the no-op provider hands out no-op meters for
+		// good: a later SetMeterProvider does not reach them.
+		mp = otel.GetMeterProvider()
+	}
+	if metricsOff(mp) {
 		return t
 	}
 	t.metrics = true
-	m := meterOr(opts.MeterProvider)
+	m := meterOr(mp)
 	t.consumed, _ = m.Int64Counter("dedupq.consume.deliveries", metric.WithUnit("{delivery}"),
 		metric.WithDescription("Deliveries settled, by dedupq.outcome: ack, nack, terminate, and settle_failed for a settle the broker did not take."))
 	t.handlerDur, _ = m.Float64Histogram("dedupq.handler.duration", metric.WithUnit("s"),

@@ -93,11 +93,11 @@ func metricsOff(mp metric.MeterProvider) bool {
 func newGuardMetrics(mp metric.MeterProvider, store Store) (guardMetrics, metric.Meter) {
 	var gm guardMetrics
 	gm.store = attribute.String("dedupq.store", StoreName(store))
-	if metricsOff(mp) {
-		return gm, nil
-	}
 	if mp == nil {
 		mp = otel.GetMeterProvider()
+	}
+	if metricsOff(mp) {
+		return gm, nil
 	}
 	m := mp.Meter(instrumentationName)
 	gm.decisions, _ = m.Int64Counter("dedupq.dedup.decisions", metric.WithUnit("{delivery}"),

@@ -48,6 +48,7 @@ func (discardSpans) Shutdown(context.Context) error                             
 //     still hands the publisher's span context to the handler);
 //   - noop-hidden: the same meter under a type dedupq does not recognise;
 //   - default: the globals, no SDK installed;
+//   - sdk-metrics, sdk-tracing: one signal of sdk, the other off;
 //   - sdk: the SDK's ManualReader and an always-sampling tracer without
 //     exporter;
 //   - sdk-export: the same tracer with a synchronous exporter that drops
@@ -61,6 +62,8 @@ func Variants() []Variant {
 		{"noop", mnoop.NewMeterProvider(), tnoop.NewTracerProvider()},
 		{"noop-hidden", hiddenNoop{}, tnoop.NewTracerProvider()},
 		{"default", nil, nil},
+		{"sdk-metrics", mp(), oteloff.TracerProvider{}},
+		{"sdk-tracing", oteloff.MeterProvider{}, sdktrace.NewTracerProvider(sdktrace.WithSampler(sdktrace.AlwaysSample()))},
 		{"sdk", mp(), sdktrace.NewTracerProvider(sdktrace.WithSampler(sdktrace.AlwaysSample()))},
 		{"sdk-export", mp(), sdktrace.NewTracerProvider(sdktrace.WithSampler(sdktrace.AlwaysSample()),
 			sdktrace.WithSyncer(discardSpans{}))},
