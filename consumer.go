@@ -158,9 +158,7 @@ func NewConsumer(ctx context.Context, sub driver.Subscription, opts ConsumerOpti
 		log = slog.Default()
 	}
 	c := &Consumer{sub: sub, opts: opts, clock: clock.Or(opts.Clock), log: log, win: w, redelivery: r}
-	c.tel = newConTelemetry(opts.MeterProvider, opts.TracerProvider, w.Backend, func() (time.Duration, time.Duration) {
-		return w.Duration, r.Span()
-	})
+	c.tel = newConTelemetry(opts, w, r)
 	return c, nil
 }
 
@@ -404,7 +402,7 @@ func (c *Consumer) handle(ctx context.Context, stopping <-chan struct{}, h Handl
 func (c *Consumer) count(ctx context.Context, what string, serr error) {
 	if serr != nil {
 		c.stats.settleFailed.Add(1)
-		c.tel.consumed.Add(ctx, 1, c.tel.outcomeOpt["settle_failed"])
+		c.tel.settled(ctx, "settle_failed")
 		return
 	}
 	switch what {
@@ -415,7 +413,7 @@ func (c *Consumer) count(ctx context.Context, what string, serr error) {
 	case "terminate":
 		c.stats.terminated.Add(1)
 	}
-	c.tel.consumed.Add(ctx, 1, c.tel.outcomeOpt[what])
+	c.tel.settled(ctx, what)
 }
 
 // settleBackoffMax caps the wait between two tries of one settle call.
@@ -469,7 +467,7 @@ func (c *Consumer) countExtension(ctx context.Context, err error) {
 		outcome = "error"
 		c.stats.leaseExtFailed.Add(1)
 	}
-	c.tel.leaseExt.Add(ctx, 1, c.tel.outcomeOpt[outcome])
+	c.tel.extended(ctx, outcome)
 }
 
 // safeCall runs h, turning a panic into an error so one bad message cannot

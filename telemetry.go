@@ -10,10 +10,13 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/metric"
+	mnoop "go.opentelemetry.io/otel/metric/noop"
 	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/dedupq/dedupq/driver"
+	"github.com/dedupq/dedupq/internal/oteloff"
+	"github.com/dedupq/dedupq/window"
 )
 
 // instrumentationName names dedupq's meter and tracer.
@@ -71,13 +74,20 @@ type pubTelemetry struct {
 	reg        metric.Registration
 }
 
-// conTelemetry is a Consumer's instruments.
+// conTelemetry is a Consumer's instruments. A nil tracer means tracing is
+// off (oteloff.TracerProvider); metrics false means metrics are off
+// (oteloff.MeterProvider, or the API's no-op provider, whose instruments
+// would record nothing anyway): then the delivery path makes no call for
+// that signal, not even time.Now.
 type conTelemetry struct {
-	tracer trace.Tracer
-	base   attribute.Set
-	// Built once, so that a delivery allocates nothing for them.
-	baseOpt     metric.MeasurementOption
-	outcomeOpt  map[string]metric.MeasurementOption
+	tracer  trace.Tracer
+	metrics bool
+	base    attribute.Set
+	// Built once, so that a delivery allocates nothing for them: an
+	// option passed alone to an instrument's variadic method would be
+	// boxed in a new slice on each call, as the callee is an interface.
+	recordOpts  []metric.RecordOption
+	outcomeOpts map[string][]metric.AddOption
 	processName string
 	processOpts []trace.SpanStartOption
 	handlerOpts []trace.SpanStartOption
@@ -87,6 +97,31 @@ type conTelemetry struct {
 	leaseExt    metric.Int64Counter
 	reg         metric.Registration
 }
+
+// metricsOff reports a meter provider under which dedupq records nothing:
+// oteloff's, or the API's no-op one.
+func metricsOff(mp metric.MeterProvider) bool {
+	switch mp.(type) {
+	case oteloff.MeterProvider, *oteloff.MeterProvider, mnoop.MeterProvider, *mnoop.MeterProvider:
+		return true
+	}
+	return false
+}
+
+// tracingOff reports oteloff's tracer provider. The API's no-op provider
+// is not off: it hands the publisher's span context, extracted from the
+// message, on to the handler (a handler that publishes continues the
+// trace), and costs nothing more once that context is extracted.
+func tracingOff(tp trace.TracerProvider) bool {
+	switch tp.(type) {
+	case oteloff.TracerProvider, *oteloff.TracerProvider:
+		return true
+	}
+	return false
+}
+
+// offSpan is the span of a delivery with tracing off: it records nothing.
+var offSpan = trace.SpanFromContext(context.Background())
 
 func meterOr(mp metric.MeterProvider) metric.Meter {
 	if mp == nil {
@@ -145,12 +180,31 @@ func newPubTelemetry(mp metric.MeterProvider, tp trace.TracerProvider, system st
 	return t
 }
 
-func newConTelemetry(mp metric.MeterProvider, tp trace.TracerProvider, system string, read func() (win, span time.Duration)) *conTelemetry {
-	m := meterOr(mp)
-	t := &conTelemetry{
-		tracer: tracerOr(tp),
-		base:   attribute.NewSet(attrSystem.String(system)),
+// newConTelemetry makes the instruments of a consumer reading the broker
+// window w with redelivery policy r. Its gauges report what the startup
+// check compares: the span opts.plan asks the dedup TTL to cover and,
+// with a Deduplicator, that TTL, so that a dashboard shows the margin.
+func newConTelemetry(opts ConsumerOptions, w window.Window, r window.RedeliveryPolicy) *conTelemetry {
+	system := w.Backend
+	t := &conTelemetry{base: attribute.NewSet(attrSystem.String(system))}
+	if !tracingOff(opts.TracerProvider) {
+		t.tracer = tracerOr(opts.TracerProvider)
+		t.processName = "process " + system
+		t.processOpts = []trace.SpanStartOption{trace.WithSpanKind(trace.SpanKindConsumer),
+			trace.WithAttributes(attrSystem.String(system), attrOperation.String("process"))}
+		t.handlerOpts = []trace.SpanStartOption{trace.WithSpanKind(trace.SpanKindInternal)}
 	}
+	mp := opts.MeterProvider
+	if mp == nil {
+		// A global set to the no-op provider hands out no-op meters for
+		// good: a later SetMeterProvider does not reach them.
+		mp = otel.GetMeterProvider()
+	}
+	if metricsOff(mp) {
+		return t
+	}
+	t.metrics = true
+	m := meterOr(mp)
 	t.consumed, _ = m.Int64Counter("dedupq.consume.deliveries", metric.WithUnit("{delivery}"),
 		metric.WithDescription("Deliveries settled, by dedupq.outcome: ack, nack, terminate, and settle_failed for a settle the broker did not take."))
 	t.handlerDur, _ = m.Float64Histogram("dedupq.handler.duration", metric.WithUnit("s"),
@@ -160,17 +214,35 @@ func newConTelemetry(mp metric.MeterProvider, tp trace.TracerProvider, system st
 		metric.WithExplicitBucketBoundaries(1, 2, 3, 5, 10, 20, 50))
 	t.leaseExt, _ = m.Int64Counter("dedupq.consume.lease_extensions", metric.WithUnit("{extension}"),
 		metric.WithDescription("Lease extensions of deliveries whose handler outlived half the lease, by dedupq.outcome: ok, error."))
-	t.reg = newWindowGauges(m).register(m, attribute.NewSet(attrSystem.String(system), attrRole.String("consumer")), read)
-	t.baseOpt = metric.WithAttributeSet(t.base)
-	t.outcomeOpt = map[string]metric.MeasurementOption{}
+	t.reg = registerConsumerGauges(m, attribute.NewSet(attrSystem.String(system), attrRole.String("consumer")), opts, w, r)
+	t.recordOpts = []metric.RecordOption{metric.WithAttributeSet(t.base)}
+	t.outcomeOpts = map[string][]metric.AddOption{}
 	for _, o := range []string{"ack", "nack", "terminate", "settle_failed", "ok", "error"} {
-		t.outcomeOpt[o] = withOutcome(t.base, o)
+		t.outcomeOpts[o] = []metric.AddOption{withOutcome(t.base, o)}
 	}
-	t.processName = "process " + system
-	t.processOpts = []trace.SpanStartOption{trace.WithSpanKind(trace.SpanKindConsumer),
-		trace.WithAttributes(attrSystem.String(system), attrOperation.String("process"))}
-	t.handlerOpts = []trace.SpanStartOption{trace.WithSpanKind(trace.SpanKindInternal)}
 	return t
+}
+
+// registerConsumerGauges reports the window and the worst-case span the
+// consumer's startup check compares with the dedup TTL (the redelivery
+// span, plus the whole publisher span when it does not fit the window:
+// window.ConsumerPlan.Span) and, when a Deduplicator is set, its TTL as
+// dedupq.dedup.ttl.
+func registerConsumerGauges(m metric.Meter, attrs attribute.Set, opts ConsumerOptions, w window.Window, r window.RedeliveryPolicy) metric.Registration {
+	g := newWindowGauges(m)
+	span := opts.plan(0, w, r).Span()
+	if opts.Dedup == nil {
+		return g.register(m, attrs, func() (time.Duration, time.Duration) { return w.Duration, span })
+	}
+	ttl, _ := m.Float64ObservableGauge("dedupq.dedup.ttl", metric.WithUnit("s"),
+		metric.WithDescription("How long the consumer's dedup store remembers a completed key; it must cover dedupq.worst_case_span less the margin."))
+	reg, _ := m.RegisterCallback(func(_ context.Context, o metric.Observer) error {
+		o.ObserveFloat64(g.window, w.Duration.Seconds(), metric.WithAttributeSet(attrs))
+		o.ObserveFloat64(g.span, span.Seconds(), metric.WithAttributeSet(attrs))
+		o.ObserveFloat64(ttl, opts.Dedup.TTL().Seconds(), metric.WithAttributeSet(attrs))
+		return nil
+	}, g.window, g.span, ttl)
+	return reg
 }
 
 func (t *pubTelemetry) close() {
@@ -241,12 +313,23 @@ func (t *pubTelemetry) endPublish(ctx context.Context, span trace.Span, results 
 
 // traceHandler wraps the user's handler in a child span and times it.
 func (t *conTelemetry) traceHandler(h Handler) Handler {
+	if t.tracer == nil && !t.metrics {
+		return h
+	}
 	return func(ctx context.Context, d *Delivery) error {
-		ctx, span := t.tracer.Start(ctx, "dedupq.handler", t.handlerOpts...)
-		start := time.Now()
+		span := offSpan
+		if t.tracer != nil {
+			ctx, span = t.tracer.Start(ctx, "dedupq.handler", t.handlerOpts...)
+		}
+		var start time.Time
+		if t.metrics {
+			start = time.Now()
+		}
 		err := h(ctx, d)
-		t.handlerDur.Record(ctx, time.Since(start).Seconds(), t.baseOpt)
-		if err != nil {
+		if t.metrics {
+			t.handlerDur.Record(ctx, time.Since(start).Seconds(), t.recordOpts...)
+		}
+		if err != nil && span.IsRecording() {
 			span.RecordError(err)
 			span.SetStatus(codes.Error, err.Error())
 		}
@@ -257,27 +340,49 @@ func (t *conTelemetry) traceHandler(h Handler) Handler {
 
 // startDelivery starts the span of one delivery as a child of the
 // publisher's span carried in its attributes, and removes those attributes
-// from what the handler sees.
+// from what the handler sees. It removes them in place: the map is the
+// delivery's own (each driver builds or clones it per delivery, and the
+// handler gets it as it is), so no copy is needed.
 func (t *conTelemetry) startDelivery(ctx context.Context, d *driver.Delivery) (context.Context, trace.Span) {
-	t.attempt.Record(ctx, int64(d.Attempt), t.baseOpt)
-	if _, ok := d.Message.Attributes[driver.AttrTraceParent]; ok {
-		ctx = traceContext.Extract(ctx, attrCarrier(d.Message.Attributes))
-		attrs := make(map[string]string, len(d.Message.Attributes))
-		for k, v := range d.Message.Attributes {
-			if !driver.Portable(k) {
-				attrs[k] = v
-			}
+	if t.metrics {
+		t.attempt.Record(ctx, int64(d.Attempt), t.recordOpts...)
+	}
+	attrs := d.Message.Attributes
+	_, parent := attrs[driver.AttrTraceParent]
+	_, state := attrs[driver.AttrTraceState]
+	if parent || state {
+		if parent && t.tracer != nil {
+			ctx = traceContext.Extract(ctx, attrCarrier(attrs))
 		}
+		delete(attrs, driver.AttrTraceParent)
+		delete(attrs, driver.AttrTraceState)
 		if len(attrs) == 0 {
-			attrs = nil
+			d.Message.Attributes = nil
 		}
-		d.Message.Attributes = attrs
+	}
+	if t.tracer == nil {
+		return ctx, offSpan
 	}
 	ctx, span := t.tracer.Start(ctx, t.processName, t.processOpts...)
 	if span.IsRecording() {
 		span.SetAttributes(attrMessageID.String(d.Message.ID), attribute.Int("messaging.delivery.attempt", d.Attempt))
 	}
 	return ctx, span
+}
+
+// settled counts one settlement (what: ack, nack, terminate,
+// settle_failed).
+func (t *conTelemetry) settled(ctx context.Context, what string) {
+	if t.metrics {
+		t.consumed.Add(ctx, 1, t.outcomeOpts[what]...)
+	}
+}
+
+// extended counts one lease extension (outcome: ok, error).
+func (t *conTelemetry) extended(ctx context.Context, outcome string) {
+	if t.metrics {
+		t.leaseExt.Add(ctx, 1, t.outcomeOpts[outcome]...)
+	}
 }
 
 // reservedName reports a user attribute name under dedupq's own prefix.

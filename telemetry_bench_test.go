@@ -1,6 +1,7 @@
 // Benchmarks of the consume path's telemetry cost over a channel-fed
 // driver: no broker, so that the portable layer's own cost is what is
-// measured. No services.
+// measured. telemetry_consume_bench_test.go has the same on real brokers.
+// No services.
 package dedupq
 
 import (
@@ -9,14 +10,8 @@ import (
 	"testing"
 	"time"
 
-	"go.opentelemetry.io/otel/metric"
-	mnoop "go.opentelemetry.io/otel/metric/noop"
-	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
-	sdktrace "go.opentelemetry.io/otel/sdk/trace"
-	"go.opentelemetry.io/otel/trace"
-	tnoop "go.opentelemetry.io/otel/trace/noop"
-
 	"github.com/dedupq/dedupq/driver"
+	"github.com/dedupq/dedupq/internal/otelbench"
 	"github.com/dedupq/dedupq/window"
 )
 
@@ -46,24 +41,13 @@ func (s *benchSub) Close() error           { return nil }
 
 // BenchmarkConsumeTelemetry runs b.N deliveries through Consumer.Run;
 // ns/op is the cost of one. Each delivery carries a trace context, as one
-// from a traced publisher does. "default" leaves the providers unset (the
-// globals, no SDK installed), "noop" passes the API's no-op providers,
-// "sdk" a ManualReader and an always-sampling tracer without exporter.
-// Compare with -bench on a tree without telemetry for the disabled cost.
+// from a traced publisher does. otelbench.Variants lists the providers;
+// "off" is the baseline the others are a ratio of (run with -count to
+// interleave them on a noisy machine).
 func BenchmarkConsumeTelemetry(b *testing.B) {
-	sdkMP := sdkmetric.NewMeterProvider(sdkmetric.WithReader(sdkmetric.NewManualReader()))
-	sdkTP := sdktrace.NewTracerProvider(sdktrace.WithSampler(sdktrace.AlwaysSample()))
-	for _, v := range []struct {
-		name string
-		mp   metric.MeterProvider
-		tp   trace.TracerProvider
-	}{
-		{"default", nil, nil},
-		{"noop", mnoop.NewMeterProvider(), tnoop.NewTracerProvider()},
-		{"sdk", sdkMP, sdkTP},
-	} {
-		b.Run(v.name, func(b *testing.B) {
-			benchConsume(b, ConsumerOptions{Concurrency: 4, MeterProvider: v.mp, TracerProvider: v.tp})
+	for _, v := range otelbench.Variants() {
+		b.Run(v.Name, func(b *testing.B) {
+			benchConsume(b, ConsumerOptions{Concurrency: 4, MeterProvider: v.MP, TracerProvider: v.TP})
 		})
 	}
 }
@@ -91,13 +75,61 @@ func benchConsume(b *testing.B, opts ConsumerOptions) {
 			return nil
 		})
 	}()
-	for i := range b.N {
-		sub.in <- &driver.Delivery{Attempt: 1, BackendID: "x", Message: driver.Message{ID: "m", Body: []byte("body"),
-			Attributes: map[string]string{"k": "v", driver.AttrTraceParent: "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"}}}
-		_ = i
+	for range b.N {
+		sub.in <- newBenchDelivery()
 	}
 	<-all
 	b.StopTimer()
 	stop()
 	<-done
+}
+
+// BenchmarkConsumeTelemetryCompare is BenchmarkConsumeTelemetry with the
+// variants interleaved (otelbench.Compare): each round hands 2,000
+// deliveries to each variant's running consumer. Its name/off metrics are
+// the overhead ratios; -benchtime 15x runs 15 rounds.
+func BenchmarkConsumeTelemetryCompare(b *testing.B) {
+	otelbench.Compare(b, 2000, func(b *testing.B, v otelbench.Variant) otelbench.Runner {
+		ctx := context.Background()
+		sub := &benchSub{in: make(chan *driver.Delivery, 256)}
+		con, err := NewConsumer(ctx, sub, ConsumerOptions{Concurrency: 4, MeterProvider: v.MP, TracerProvider: v.TP})
+		if err != nil {
+			b.Fatal(err)
+		}
+		var handled, want atomic.Int64
+		reached := make(chan struct{}, 1)
+		runCtx, stop := context.WithCancel(ctx)
+		done := make(chan error)
+		go func() {
+			done <- con.Run(runCtx, func(context.Context, *Delivery) error {
+				if handled.Add(1) == want.Load() {
+					reached <- struct{}{}
+				}
+				return nil
+			})
+		}()
+		return otelbench.Runner{
+			Run: func(k int) time.Duration {
+				want.Add(int64(k))
+				start := time.Now()
+				for range k {
+					sub.in <- newBenchDelivery()
+				}
+				<-reached
+				return time.Since(start)
+			},
+			Stop: func() {
+				stop()
+				<-done
+				_ = con.Close(ctx)
+			},
+		}
+	})
+}
+
+// newBenchDelivery is a delivery with a trace context and a user
+// attribute, as a traced publisher's message arrives.
+func newBenchDelivery() *driver.Delivery {
+	return &driver.Delivery{Attempt: 1, BackendID: "x", Message: driver.Message{ID: "m", Body: []byte("body"),
+		Attributes: map[string]string{"k": "v", driver.AttrTraceParent: "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"}}}
 }

@@ -342,16 +342,32 @@ func consumerFits(p ConsumerPlan, m float64) (ok bool, span, beyond time.Duratio
 	if p.DedupTTL <= 0 {
 		return true, 0, 0
 	}
+	span, beyond = consumerSpan(p, m)
+	return span <= usable(p.DedupTTL, m), span, beyond
+}
+
+// consumerSpan is the span CheckConsumer asks the TTL to cover, with the
+// publishers' part of it.
+func consumerSpan(p ConsumerPlan, m float64) (span, beyond time.Duration) {
 	if !fitsWindow(p.PublisherSpan, p.Window, m) {
 		beyond = p.PublisherSpan
 	}
 	if beyond == 0 && p.Redelivery.MaxDeliveries == 1 {
 		// One copy, delivered once: its only claim comes before anything
 		// completes, so no TTL is too short.
-		return true, 0, 0
+		return 0, 0
 	}
-	span = addSat(p.Redelivery.Span(), beyond)
-	return span <= usable(p.DedupTTL, m), span, beyond
+	return addSat(p.Redelivery.Span(), beyond), beyond
+}
+
+// Span is the worst-case span CheckConsumer asks DedupTTL to cover, less
+// the margin, whatever DedupTTL is: the redelivery span, plus the whole
+// PublisherSpan when that does not fit the window less the margin; zero
+// for one copy delivered once, which no TTL is too short for. The
+// consumer reports it as the gauge dedupq.worst_case_span.
+func (p ConsumerPlan) Span() time.Duration {
+	span, _ := consumerSpan(p, margin(p.Margin))
+	return span
 }
 
 // maxSuggestedDeliveries bounds the deliveries a fix suggests for a

@@ -349,3 +349,44 @@ func FuzzRetrySpan(f *testing.F) {
 		_ = CheckPublisher(PublisherPlan{Retry: p, Window: sqsWindow}) // must not panic
 	})
 }
+
+// ConsumerPlan.Span is the span CheckConsumer compares with the TTL,
+// whatever the TTL: the redelivery span, plus the whole publisher span
+// when that does not fit the window less the margin.
+func TestConsumerPlanSpan(t *testing.T) {
+	r := RedeliveryPolicy{MaxDeliveries: 5, AckWait: 30 * time.Second} // 150s
+	w := Window{Backend: "b", Duration: 2 * time.Minute, Kind: KindConfigured}
+	for _, tc := range []struct {
+		name string
+		p    ConsumerPlan
+		want time.Duration
+	}{
+		{"publisher span fits the window", ConsumerPlan{Redelivery: r, Window: w, PublisherSpan: time.Minute}, 150 * time.Second},
+		{"publisher span beyond the window", ConsumerPlan{Redelivery: r, Window: w, PublisherSpan: 3 * time.Minute}, 330 * time.Second},
+		{"no window", ConsumerPlan{Redelivery: r, PublisherSpan: time.Second}, 151 * time.Second},
+		{"with a TTL", ConsumerPlan{Redelivery: r, PublisherSpan: time.Second, DedupTTL: time.Hour}, 151 * time.Second},
+		{"one delivery of one copy", ConsumerPlan{Redelivery: RedeliveryPolicy{MaxDeliveries: 1, AckWait: time.Minute}, Window: w}, 0},
+		{"unlimited", ConsumerPlan{Redelivery: RedeliveryPolicy{AckWait: time.Second}, Window: w}, Forever},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := tc.p.Span(); got != tc.want {
+				t.Errorf("Span() = %s, want %s", got, tc.want)
+			}
+			// It is what CheckConsumer compares: a TTL just covering it
+			// passes, one a second shorter does not.
+			if tc.want == 0 || tc.want >= Forever {
+				return
+			}
+			p := tc.p
+			p.Margin = -1
+			p.DedupTTL = tc.want
+			if err := CheckConsumer(p); err != nil {
+				t.Errorf("a TTL of exactly Span() was refused: %v", err)
+			}
+			p.DedupTTL = tc.want - time.Second
+			if err := CheckConsumer(p); err == nil {
+				t.Error("a TTL a second short of Span() passed")
+			}
+		})
+	}
+}

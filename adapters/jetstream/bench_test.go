@@ -12,6 +12,7 @@ package jetstream
 import (
 	"context"
 	"errors"
+	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -20,10 +21,12 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 
 	"github.com/dedupq/dedupq"
 	"github.com/dedupq/dedupq/dedup"
 	"github.com/dedupq/dedupq/dedup/memstore"
+	"github.com/dedupq/dedupq/internal/otelbench"
 	"github.com/dedupq/dedupq/window"
 )
 
@@ -348,4 +351,74 @@ func BenchmarkConsume(b *testing.B) {
 			reportRate(b, start)
 		})
 	}
+}
+
+// BenchmarkConsumeTelemetry compares the consume path's telemetry settings
+// (internal/otelbench: off, the API's no-op providers, the globals, the
+// SDK) on the embedded server: each round publishes 1,000 messages per
+// variant with a traced dedupq publisher, so that each carries a trace
+// context, then times a new Consumer.Run taking and acking them. The
+// name/off metrics are the overhead ratios:
+//
+//	go test -run '^$' -bench ConsumeTelemetry -benchtime 15x ./adapters/jetstream/
+func BenchmarkConsumeTelemetry(b *testing.B) {
+	srv := server{"embedded", embeddedURL}
+	otelbench.Compare(b, 1000, func(b *testing.B, v otelbench.Variant) otelbench.Runner {
+		ctx := context.Background()
+		nc := connect(b, srv)
+		cfg := benchStream(b, nc)
+		top, err := OpenTopic(ctx, nc, cfg)
+		if err != nil {
+			b.Fatal(err)
+		}
+		pub, err := dedupq.NewPublisher(ctx, top, dedupq.PublisherOptions{TracerProvider: sdktrace.NewTracerProvider()})
+		if err != nil {
+			b.Fatal(err)
+		}
+		next := 0
+		run := func(k int) time.Duration {
+			msgs := make([]*dedupq.Message, 0, k)
+			for range k {
+				msgs = append(msgs, &dedupq.Message{ID: strconv.Itoa(next), Body: payload, Attributes: map[string]string{"k": "v"}})
+				next++
+			}
+			for chunk := range slices.Chunk(msgs, 100) {
+				if _, err := pub.PublishBatch(ctx, chunk); err != nil {
+					b.Fatal(err)
+				}
+			}
+			sub, err := OpenSubscription(ctx, nc, cfg)
+			if err != nil {
+				b.Fatal(err)
+			}
+			con, err := dedupq.NewConsumer(ctx, sub, dedupq.ConsumerOptions{Concurrency: consumeConcurrency,
+				PublisherSpan: window.DefaultRetryPolicy().Span(), MeterProvider: v.MP, TracerProvider: v.TP})
+			if err != nil {
+				b.Fatal(err)
+			}
+			runCtx, cancel := context.WithCancel(ctx)
+			defer cancel()
+			var mu sync.Mutex
+			handled := make(map[string]bool, k)
+			start := time.Now()
+			err = con.Run(runCtx, func(_ context.Context, d *dedupq.Delivery) error {
+				mu.Lock()
+				defer mu.Unlock()
+				handled[d.Message.ID] = true
+				if len(handled) == k {
+					cancel() // Run returns once every delivery is acked
+				}
+				return nil
+			})
+			took := time.Since(start)
+			if err != nil {
+				b.Fatal(err)
+			}
+			if err := con.Close(ctx); err != nil && !errors.Is(err, dedupq.ErrClosed) {
+				b.Fatal(err)
+			}
+			return took
+		}
+		return otelbench.Runner{Run: run, Stop: func() { _ = pub.Close(ctx) }}
+	})
 }
