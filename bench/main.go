@@ -78,6 +78,7 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 	redisAddr := fs.String("redis", "127.0.0.1:6379", "Redis address for the redis group")
 	pgDSN := fs.String("pg", "postgres://postgres@127.0.0.1:5432/test?sslmode=disable", "PostgreSQL DSN for the pg and txguard groups")
 	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the whole run to this file")
+	memProfile := fs.String("memprofile", "", "write a profile of every allocation of the run to this file (go tool pprof -sample_index=alloc_objects); slows the run")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -105,6 +106,21 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 			return err
 		}
 		defer pprof.StopCPUProfile()
+	}
+	if *memProfile != "" {
+		// Every allocation, so that counts per function are exact; it
+		// slows the run, whose rates then mean nothing.
+		runtime.MemProfileRate = 1
+		f, err := os.Create(*memProfile)
+		if err != nil {
+			return err
+		}
+		defer func() {
+			if err := pprof.Lookup("allocs").WriteTo(f, 0); err != nil {
+				fmt.Fprintln(os.Stderr, "bench: writing the allocation profile:", err)
+			}
+			f.Close()
+		}()
 	}
 	fmt.Fprintf(out, "Machine: %s, %d cores (GOMAXPROCS %d), %s %s/%s; %d round(s), medians.\n\n",
 		cpuModel(), runtime.NumCPU(), runtime.GOMAXPROCS(0), runtime.Version(), runtime.GOOS, runtime.GOARCH, c.rounds)
