@@ -194,8 +194,8 @@ func pubsubRows(ctx context.Context, _ config) ([]row, func(), error) {
 	// are short, and their rates are pstest's.
 	rows := []row{
 		{name: "publish 1 KiB", conc: 1, n: 20_000, allocGoal: true, raw: rawPublish, dq: dqPublish},
-		{name: "consume", conc: consumeConcurrency, n: 1000, allocGoal: true, raw: rawConsume, dq: dqConsume("Consumer", false)},
-		{name: "consume+guard", conc: consumeConcurrency, n: 1000, raw: rawConsume, dq: dqConsume("Consumer+Guard(memstore)", true)},
+		{name: "consume", conc: consumeConcurrency, n: 500, allocGoal: true, raw: rawConsume, dq: dqConsume("Consumer", false)},
+		{name: "consume+guard", conc: consumeConcurrency, n: 500, raw: rawConsume, dq: dqConsume("Consumer+Guard(memstore)", true)},
 	}
 	return rows, cleanup, nil
 }
