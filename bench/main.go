@@ -67,7 +67,7 @@ var groups = []string{"mem", "memstore", "redis", "pg", "txguard", "jetstream", 
 // errUnavailable is wrapped by a group's setup error when its emulator
 // cannot run on this machine (say, node is missing for fauxqs): run then
 // lists the group as skipped after the table instead of failing.
-var errUnavailable = errors.New("cannot run here")
+var errUnavailable = errors.New("unavailable")
 
 func run(ctx context.Context, args []string, out io.Writer) error {
 	fs := flag.NewFlagSet("bench", flag.ContinueOnError)

@@ -40,7 +40,7 @@ const sqsBatch = 10
 func sqsRows(ctx context.Context, _ config) ([]row, func(), error) {
 	emu, err := fauxqs.Start()
 	if errors.Is(err, fauxqs.ErrUnavailable) {
-		return nil, nil, fmt.Errorf("fauxqs: %w: %w", errUnavailable, err)
+		return nil, nil, fmt.Errorf("fauxqs %w: %w", errUnavailable, err)
 	}
 	if err != nil {
 		return nil, nil, fmt.Errorf("starting fauxqs: %w", err)
