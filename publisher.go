@@ -68,7 +68,11 @@ type Publisher struct {
 	inflight int
 	idle     chan struct{}
 	tel      *pubTelemetry
-	stats    pubStats
+	// attemptOpts is tel's base attributes as options of the attempts
+	// counter, made once: built per chunk, they and their variadic slice
+	// cost two allocations each time.
+	attemptOpts []metric.AddOption
+	stats       pubStats
 }
 
 // NewPublisher wraps a driver topic. It reads the backend's window and fails
@@ -99,6 +103,7 @@ func NewPublisher(ctx context.Context, topic driver.Topic, opts PublisherOptions
 	p.tel = newPubTelemetry(opts.MeterProvider, opts.TracerProvider, w.Backend, func() (time.Duration, time.Duration) {
 		return p.Window().Duration, span
 	})
+	p.attemptOpts = []metric.AddOption{metric.WithAttributeSet(p.tel.base)}
 	return p, nil
 }
 
@@ -220,13 +225,16 @@ func (p *Publisher) prepare(ctx context.Context, msgs []*Message) ([]*driver.Mes
 	backend, limits := p.win.Backend, p.limits
 	p.mu.Unlock()
 	out := make([]*driver.Message, len(msgs))
+	// One allocation for every message's driver copy, not one each.
+	copies := make([]driver.Message, len(msgs))
 	results := make([]Result, len(msgs))
 	var invalid []error
 	for i, m := range msgs {
 		if m == nil {
 			m = &Message{}
 		}
-		dm := toDriverMessage(m)
+		dm := &copies[i]
+		toDriverMessage(m, dm)
 		if dm.ID == "" && p.opts.KeyFunc != nil {
 			id, err := p.opts.KeyFunc(m)
 			if err != nil {
@@ -264,37 +272,54 @@ func (p *Publisher) prepare(ctx context.Context, msgs []*Message) ([]*driver.Mes
 	return out, results, nil
 }
 
-// sendWithRetry sends one chunk, resending only the failed entries.
+// sendWithRetry sends one chunk, resending only the failed entries. The
+// first attempt sends the chunk as given; the bookkeeping of failures is
+// made only once one fails, so that a chunk stored at once costs no
+// allocation here but its driver call.
 func (p *Publisher) sendWithRetry(ctx context.Context, offset int, msgs []*driver.Message, results []Result) {
-	pending := make([]int, len(msgs)) // indexes into msgs still to send
-	for i := range pending {
-		pending[i] = i
+	var (
+		pending   []int // indexes into msgs still to send, after the first attempt
+		maybeSent []bool
+		lastErr   []error
+	)
+	// index maps a position in this attempt's batch to one in msgs.
+	index := func(j int) int {
+		if pending == nil {
+			return j
+		}
+		return pending[j]
 	}
-	maybeSent := make([]bool, len(msgs))
-	lastErr := make([]error, len(msgs))
 	attempts := max(p.retry.MaxAttempts, 1)
-	for attempt := 1; len(pending) > 0; attempt++ {
+	// Capped, so that a driver that appends to its batch cannot write
+	// over the next chunk's messages.
+	batch := msgs[:len(msgs):len(msgs)]
+	for attempt := 1; ; attempt++ {
 		if attempt == 1 && ctx.Err() != nil {
 			// ctx ended before this chunk's turn (after an earlier chunk):
 			// it was never handed to the driver, so it is not "maybe sent".
-			for _, i := range pending {
+			for i := range msgs {
 				results[i].Err = &PublishError{Index: offset + i, ID: msgs[i].ID, Err: context.Cause(ctx)}
 			}
 			return
 		}
-		batch := make([]*driver.Message, len(pending))
-		for j, i := range pending {
-			batch[j] = msgs[i]
-			results[i].Attempts = attempt
+		if attempt > 1 {
+			batch = make([]*driver.Message, len(pending))
+			for j, i := range pending {
+				batch[j] = msgs[i]
+			}
 		}
-		p.tel.attempts.Add(ctx, int64(len(batch)), metric.WithAttributeSet(p.tel.base))
+		for j := range batch {
+			results[index(j)].Attempts = attempt
+		}
+		p.tel.attempts.Add(ctx, int64(len(batch)), p.attemptOpts...)
 		p.stats.attempts.Add(uint64(len(batch)))
 		if attempt > 1 {
 			trace.SpanFromContext(ctx).AddEvent("retry", trace.WithAttributes(attribute.Int("dedupq.attempt", attempt), attribute.Int("dedupq.messages", len(batch))))
 		}
 		sent, err := p.attempt(ctx, batch)
 		var retry []int
-		for j, i := range pending {
+		for j := range batch {
+			i := index(j)
 			e := err
 			unknown := false // the driver gave no answer for this message
 			if e == nil {
@@ -308,6 +333,9 @@ func (p *Publisher) sendWithRetry(ctx context.Context, offset int, msgs []*drive
 					e = sent[j].Err
 				}
 			}
+			if lastErr == nil {
+				maybeSent, lastErr = make([]bool, len(msgs)), make([]error, len(msgs))
+			}
 			lastErr[i] = e
 			retryable := p.topic.IsRetryable(e) || ctxError(e)
 			maybeSent[i] = maybeSent[i] || retryable || unknown
@@ -317,10 +345,10 @@ func (p *Publisher) sendWithRetry(ctx context.Context, offset int, msgs []*drive
 			}
 			results[i].Err = &PublishError{Index: offset + i, ID: msgs[i].ID, Attempts: attempt, MaybeSent: maybeSent[i], Err: e}
 		}
-		pending = retry
-		if len(pending) == 0 {
+		if len(retry) == 0 {
 			return
 		}
+		pending = retry
 		delay := p.retry.Delay(attempt, rand.Float64())
 		p.tel.retryDelay.Record(ctx, delay.Seconds(), metric.WithAttributeSet(p.tel.base))
 		if !p.sleep(ctx, delay) {

@@ -90,8 +90,11 @@ type Result struct {
 	Err error
 }
 
-func toDriverMessage(m *Message) *driver.Message {
-	return &driver.Message{ID: m.ID, Body: m.Body, Attributes: maps.Clone(m.Attributes), GroupKey: m.GroupKey}
+// toDriverMessage copies m into dm, the attributes too, so that the
+// trace context added later does not write into the caller's map. Callers
+// pass a dm from a slice they allocated once for a whole batch.
+func toDriverMessage(m *Message, dm *driver.Message) {
+	*dm = driver.Message{ID: m.ID, Body: m.Body, Attributes: maps.Clone(m.Attributes), GroupKey: m.GroupKey}
 }
 
 func fromDriverDelivery(d *driver.Delivery) *Delivery {

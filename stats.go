@@ -29,13 +29,12 @@ type pubStats struct {
 
 func (s *pubStats) count(results []Result) {
 	for _, r := range results {
-		var pe *PublishError
 		switch {
 		case r.Err == nil && r.Duplicate:
 			s.duplicates.Add(1)
 		case r.Err == nil:
 			s.stored.Add(1)
-		case errors.As(r.Err, &pe) && pe.MaybeSent:
+		case maybeSent(r.Err):
 			s.maybeSent.Add(1)
 		default:
 			s.refused.Add(1)
@@ -75,4 +74,12 @@ func (c *Consumer) Stats() ConsumerStats {
 	return ConsumerStats{Received: s.received.Load(), Acked: s.acked.Load(), Nacked: s.nacked.Load(),
 		Terminated: s.terminated.Load(), SettleFailed: s.settleFailed.Load(),
 		LeaseExtensions: s.leaseExt.Load(), LeaseExtensionFailures: s.leaseExtFailed.Load()}
+}
+
+// maybeSent reports whether err is a *PublishError with MaybeSent. It uses
+// errors.AsType, not errors.As, whose target pointer escapes: an
+// allocation per result counted.
+func maybeSent(err error) bool {
+	pe, ok := errors.AsType[*PublishError](err)
+	return ok && pe.MaybeSent
 }

@@ -98,7 +98,9 @@ func Validate(msgs ...*Message) error {
 		if m == nil {
 			m = &Message{}
 		}
-		if err := validate("", driver.Limits{}, i, toDriverMessage(m)); err != nil {
+		var dm driver.Message
+		toDriverMessage(m, &dm)
+		if err := validate("", driver.Limits{}, i, &dm); err != nil {
 			failed = append(failed, err)
 		}
 	}

@@ -30,14 +30,34 @@ var payload = make([]byte, 1024)
 // raw loops' batch size: the same parallelism for both.
 const consumeConcurrency = 64
 
-// messages returns n dedupq messages with IDs prefix0…
-func messages(prefix string, n int64) []*dedupq.Message {
+// publishTimed builds n messages with IDs prefix0… (in groupsOf groups
+// when groups > 0) and publishes them in one PublishBatch, timed. Building
+// them is timed as on the raw sides, which build their SDK's messages as
+// they send them.
+func publishTimed(ctx context.Context, pub *dedupq.Publisher, prefix string, groups int, n int64) (time.Duration, error) {
+	w := startWatch()
 	msgs := make([]*dedupq.Message, n)
 	for i := range msgs {
 		msgs[i] = &dedupq.Message{ID: prefix + strconv.Itoa(i), Body: payload}
+		if groups > 0 {
+			msgs[i].GroupKey = groupKey(int64(i), groups)
+		}
 	}
-	return msgs
+	_, err := pub.PublishBatch(ctx, msgs)
+	return w.stop(), err
 }
+
+// groupKey spreads messages over groups message groups.
+func groupKey(i int64, groups int) string { return groupNames[i%int64(groups)] }
+
+// groupNames are made once, so that no side pays for formatting them.
+var groupNames = func() []string {
+	s := make([]string, consumeConcurrency)
+	for i := range s {
+		s[i] = "g" + strconv.Itoa(i)
+	}
+	return s
+}()
 
 // consumeAll runs a dedupq consumer on sub until n distinct messages were
 // handled, with dedup when g is non-nil.
@@ -55,7 +75,7 @@ func consumeAll(ctx context.Context, sub driver.Subscription, g dedupq.Deduplica
 	defer cancel()
 	var mu sync.Mutex
 	handled := make(map[string]bool, n)
-	start := time.Now()
+	w := startWatch()
 	err = con.Run(ctx, func(_ context.Context, d *dedupq.Delivery) error {
 		mu.Lock()
 		defer mu.Unlock()
@@ -65,7 +85,7 @@ func consumeAll(ctx context.Context, sub driver.Subscription, g dedupq.Deduplica
 		}
 		return nil
 	})
-	elapsed := time.Since(start)
+	elapsed := w.stop()
 	mu.Lock()
 	got := int64(len(handled))
 	mu.Unlock()
@@ -93,10 +113,7 @@ func memRows(context.Context, config) ([]row, func(), error) {
 			return 0, err
 		}
 		defer pub.Close(context.Background())
-		msgs := messages("m", n)
-		start := time.Now()
-		_, err = pub.PublishBatch(ctx, msgs)
-		return time.Since(start), err
+		return publishTimed(ctx, pub, "m", 0, n)
 	}}
 	filled := func(ctx context.Context, name string, n int64) (driver.Subscription, error) {
 		_, err := sendAll(ctx, broker.Topic(name), "m", n)
@@ -109,7 +126,7 @@ func memRows(context.Context, config) ([]row, func(), error) {
 			return 0, err
 		}
 		defer sub.Close()
-		start := time.Now()
+		w := startWatch()
 		for done := int64(0); done < n; {
 			ds, err := sub.Receive(ctx, consumeConcurrency)
 			if err != nil {
@@ -122,7 +139,7 @@ func memRows(context.Context, config) ([]row, func(), error) {
 				done++
 			}
 		}
-		return time.Since(start), nil
+		return w.stop(), nil
 	}}
 	dqConsume := func(name string, guarded bool) side {
 		return side{name, func(ctx context.Context, round int, n int64) (time.Duration, error) {
@@ -140,8 +157,8 @@ func memRows(context.Context, config) ([]row, func(), error) {
 		}}
 	}
 	rows := []row{
-		{name: "publish 1 KiB", conc: 1, n: 50_000, raw: rawPublish, dq: dqPublish},
-		{name: "consume", conc: consumeConcurrency, n: 50_000, raw: rawConsume, dq: dqConsume("Consumer", false)},
+		{name: "publish 1 KiB", conc: 1, n: 50_000, allocGoal: true, raw: rawPublish, dq: dqPublish},
+		{name: "consume", conc: consumeConcurrency, n: 50_000, allocGoal: true, raw: rawConsume, dq: dqConsume("Consumer", false)},
 		{name: "consume+guard", conc: consumeConcurrency, n: 50_000, goal: 0.8, raw: rawConsume, dq: dqConsume("Consumer+Guard(memstore)", true)},
 	}
 	return rows, func() {}, nil
@@ -150,7 +167,7 @@ func memRows(context.Context, config) ([]row, func(), error) {
 // sendAll stores n messages through the driver in batches of its MaxBatch.
 func sendAll(ctx context.Context, top driver.Topic, prefix string, n int64) (time.Duration, error) {
 	batch := make([]*driver.Message, 0, top.MaxBatch())
-	start := time.Now()
+	w := startWatch()
 	for i := int64(0); i < n; {
 		batch = batch[:0]
 		for ; i < n && len(batch) < cap(batch); i++ {
@@ -166,7 +183,7 @@ func sendAll(ctx context.Context, top driver.Topic, prefix string, n int64) (tim
 			}
 		}
 	}
-	return time.Since(start), nil
+	return w.stop(), nil
 }
 
 func jetstreamEmbeddedRows(ctx context.Context, c config) ([]row, func(), error) {
@@ -225,11 +242,11 @@ func jetstreamRows(ctx context.Context, c config, url string) ([]row, func(), er
 		if err != nil {
 			return 0, err
 		}
-		start := time.Now()
+		w := startWatch()
 		if err := publishAll(ctx, js, cfg.Subject, "m", n); err != nil {
 			return 0, err
 		}
-		return time.Since(start), nil
+		return w.stop(), nil
 	}}
 	dqPublish := side{"Publisher", func(ctx context.Context, _ int, n int64) (time.Duration, error) {
 		cfg, err := stream(ctx)
@@ -245,10 +262,7 @@ func jetstreamRows(ctx context.Context, c config, url string) ([]row, func(), er
 			return 0, err
 		}
 		defer pub.Close(context.Background())
-		msgs := messages("m", n)
-		start := time.Now()
-		_, err = pub.PublishBatch(ctx, msgs)
-		return time.Since(start), err
+		return publishTimed(ctx, pub, "m", 0, n)
 	}}
 	filled := func(ctx context.Context, n int64) (djs.Config, error) {
 		cfg, err := stream(ctx)
@@ -267,7 +281,7 @@ func jetstreamRows(ctx context.Context, c config, url string) ([]row, func(), er
 			return 0, err
 		}
 		deadline := time.Now().Add(5 * time.Minute)
-		start := time.Now()
+		w := startWatch()
 		// Counted per stream sequence: a redelivery does not count twice.
 		seen := make(map[uint64]bool, n)
 		for int64(len(seen)) < n {
@@ -297,7 +311,7 @@ func jetstreamRows(ctx context.Context, c config, url string) ([]row, func(), er
 		if err := nc.Flush(); err != nil {
 			return 0, err
 		}
-		return time.Since(start), nil
+		return w.stop(), nil
 	}}
 	dqConsume := func(name string, store func() (dedup.Store, error)) side {
 		return side{name, func(ctx context.Context, _ int, n int64) (time.Duration, error) {
@@ -328,8 +342,8 @@ func jetstreamRows(ctx context.Context, c config, url string) ([]row, func(), er
 	}
 	n := int64(20_000)
 	rows := []row{
-		{name: "publish 1 KiB", conc: 1, n: n, goal: 0.95, raw: rawPublish, dq: dqPublish},
-		{name: "consume", conc: consumeConcurrency, n: n, raw: rawConsume, dq: dqConsume("Consumer", nil)},
+		{name: "publish 1 KiB", conc: 1, n: n, goal: 0.95, allocGoal: true, raw: rawPublish, dq: dqPublish},
+		{name: "consume", conc: consumeConcurrency, n: n, allocGoal: true, raw: rawConsume, dq: dqConsume("Consumer", nil)},
 		{name: "consume+guard", conc: consumeConcurrency, n: n, goal: 0.8, raw: rawConsume, dq: dqConsume("Consumer+Guard(memstore)", mems)},
 	}
 	if c.only["redis"] || rdb.Ping(ctx).Err() == nil {

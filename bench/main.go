@@ -9,13 +9,26 @@
 // Raw and dedupq sides of a row run alternately within each round, so that
 // load from other processes hits both alike; compare ratios, not rates.
 // Groups: mem, memstore, redis (127.0.0.1:6379), pg and txguard
-// (PostgreSQL db test on 127.0.0.1:5432), jetstream (an embedded server)
-// and jetstream-url (-nats-url).
+// (PostgreSQL db test on 127.0.0.1:5432), jetstream (an embedded server),
+// jetstream-url (-nats-url), sqs (fauxqs, the npm emulator under
+// localstack/fauxqs, or FAUXQS_ENDPOINT) and pubsub (pstest, served by a
+// child process of this program).
+//
+// Each side also reports its heap allocations per message: the process's
+// runtime.MemStats.Mallocs delta over the timed part of a run, divided by
+// the messages. It counts every goroutine of the process — the SDK's, the
+// library's, and an in-process server's (the mem broker, the embedded
+// nats-server) — but not an emulator in another process (fauxqs, pstest,
+// the NATS of jetstream-url). A server's per-message allocations fall on
+// both sides of a row alike, so the difference is dedupq's; its
+// time-driven ones (timers, heartbeats) fall more on the slower side. Broker
+// publish and consume rows check the goal dedupq ≤ raw + 3 per message.
 package main
 
 import (
 	"bufio"
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -28,6 +41,10 @@ import (
 )
 
 func main() {
+	if os.Getenv(pstestChildEnv) != "" {
+		servePstest()
+		return
+	}
 	if err := run(context.Background(), os.Args[1:], os.Stdout); err != nil {
 		fmt.Fprintln(os.Stderr, "bench:", err)
 		os.Exit(1)
@@ -45,7 +62,12 @@ type config struct {
 }
 
 // groups in the order they run and print.
-var groups = []string{"mem", "memstore", "redis", "pg", "txguard", "jetstream", "jetstream-url"}
+var groups = []string{"mem", "memstore", "redis", "pg", "txguard", "jetstream", "jetstream-url", "sqs", "pubsub"}
+
+// errUnavailable is wrapped by a group's setup error when its emulator
+// cannot run on this machine (say, node is missing for fauxqs): run then
+// lists the group as skipped after the table instead of failing.
+var errUnavailable = errors.New("unavailable")
 
 func run(ctx context.Context, args []string, out io.Writer) error {
 	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
@@ -56,6 +78,7 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 	redisAddr := fs.String("redis", "127.0.0.1:6379", "Redis address for the redis group")
 	pgDSN := fs.String("pg", "postgres://postgres@127.0.0.1:5432/test?sslmode=disable", "PostgreSQL DSN for the pg and txguard groups")
 	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the whole run to this file")
+	memProfile := fs.String("memprofile", "", "write a profile of every allocation of the run to this file (go tool pprof -sample_index=alloc_objects); slows the run")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -84,15 +107,43 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 		}
 		defer pprof.StopCPUProfile()
 	}
+	if *memProfile != "" {
+		// Every allocation, so that counts per function are exact; it
+		// slows the run, whose rates then mean nothing.
+		runtime.MemProfileRate = 1
+		f, err := os.Create(*memProfile)
+		if err != nil {
+			return err
+		}
+		defer func() {
+			if err := pprof.Lookup("allocs").WriteTo(f, 0); err != nil {
+				fmt.Fprintln(os.Stderr, "bench: writing the allocation profile:", err)
+			}
+			f.Close()
+		}()
+	}
 	fmt.Fprintf(out, "Machine: %s, %d cores (GOMAXPROCS %d), %s %s/%s; %d round(s), medians.\n\n",
 		cpuModel(), runtime.NumCPU(), runtime.GOMAXPROCS(0), runtime.Version(), runtime.GOOS, runtime.GOARCH, c.rounds)
-	fmt.Fprintln(out, "| group | case | conc | raw | raw msgs/s | dedupq | dedupq msgs/s | ratio | goal |")
-	fmt.Fprintln(out, "|---|---|---:|---|---:|---|---:|---:|---|")
+	fmt.Fprintln(out, "| group | case | conc | raw | raw msgs/s | raw allocs/msg | dedupq | dedupq msgs/s | dedupq allocs/msg | ratio | goal | allocs goal |")
+	fmt.Fprintln(out, "|---|---|---:|---|---:|---:|---|---:|---:|---:|---|---|")
+	var skipped []string
+	defer func() {
+		if len(skipped) > 0 {
+			fmt.Fprintln(out)
+			for _, s := range skipped {
+				fmt.Fprintln(out, "Skipped:", s)
+			}
+		}
+	}()
 	for _, g := range groups {
 		if !c.only[g] {
 			continue
 		}
 		rows, cleanup, err := setups[g](ctx, c)
+		if errors.Is(err, errUnavailable) {
+			skipped = append(skipped, fmt.Sprintf("%s: %v", g, err))
+			continue
+		}
 		if err != nil {
 			return fmt.Errorf("%s: %w", g, err)
 		}
@@ -118,11 +169,47 @@ type side struct {
 
 // row compares a raw side with a dedupq side on the same work.
 type row struct {
-	name    string
-	conc    int
-	n       int64 // messages per round; quick mode divides it
-	goal    float64
-	raw, dq side
+	name string
+	conc int
+	n    int64 // messages per round; quick mode divides it
+	goal float64
+	// allocGoal checks dedupq's allocations per message against the raw
+	// side's plus allocSlack (issue 12).
+	allocGoal bool
+	raw, dq   side
+}
+
+// allocSlack is how many more allocations per message than the raw SDK
+// the allocs goal allows dedupq.
+const allocSlack = 3
+
+// stopwatch times the measured part of a side's run (what follows its
+// setup: making queues, filling them) and counts the heap allocations the
+// whole process makes meanwhile.
+type stopwatch struct {
+	start   time.Time
+	mallocs uint64
+}
+
+// lastTimed holds the mallocs of the last stopwatch stopped, or -1: measure
+// uses it for a side that times part of its run, and the whole run's
+// mallocs for one that does not (the store rows, which have no setup).
+var lastTimed int64 = -1
+
+func mallocs() uint64 {
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	return ms.Mallocs
+}
+
+func startWatch() stopwatch { return stopwatch{mallocs: mallocs(), start: time.Now()} }
+
+// stop returns the time since startWatch and records the allocations in
+// lastTimed. Sides run one at a time, so one variable is enough.
+func (w stopwatch) stop() time.Duration {
+	d := time.Since(w.start)
+	lastTimed = int64(mallocs() - w.mallocs)
+	return d
 }
 
 // setups build a group's rows against its server, and a cleanup.
@@ -134,6 +221,8 @@ var setups = map[string]func(ctx context.Context, c config) ([]row, func(), erro
 	"txguard":       txguardRows,
 	"jetstream":     jetstreamEmbeddedRows,
 	"jetstream-url": jetstreamURLRows,
+	"sqs":           sqsRows,
+	"pubsub":        pubsubRows,
 }
 
 func measure(ctx context.Context, c config, group string, r row) (string, error) {
@@ -141,30 +230,49 @@ func measure(ctx context.Context, c config, group string, r row) (string, error)
 	if c.quick {
 		n = max(n/50, int64(2*r.conc), 20)
 	}
-	var raw, dq []float64
+	var raw, dq, rawAllocs, dqAllocs []float64
+	one := func(s side, round int, rates, allocs *[]float64) error {
+		lastTimed = -1
+		before := mallocs()
+		d, err := s.run(ctx, round, n)
+		if err != nil {
+			return fmt.Errorf("%s: %w", s.name, err)
+		}
+		a := lastTimed
+		if a < 0 {
+			a = int64(mallocs() - before)
+		}
+		*rates = append(*rates, float64(n)/d.Seconds())
+		*allocs = append(*allocs, float64(a)/float64(n))
+		return nil
+	}
 	for round := range c.rounds {
-		d, err := r.raw.run(ctx, round, n)
-		if err != nil {
-			return "", fmt.Errorf("%s: %w", r.raw.name, err)
+		if err := one(r.raw, round, &raw, &rawAllocs); err != nil {
+			return "", err
 		}
-		raw = append(raw, float64(n)/d.Seconds())
-		d, err = r.dq.run(ctx, round, n)
-		if err != nil {
-			return "", fmt.Errorf("%s: %w", r.dq.name, err)
+		if err := one(r.dq, round, &dq, &dqAllocs); err != nil {
+			return "", err
 		}
-		dq = append(dq, float64(n)/d.Seconds())
 	}
 	mr, md := median(raw), median(dq)
+	ar, ad := median(rawAllocs), median(dqAllocs)
 	goal := ""
 	if r.goal > 0 {
-		verdict := "met"
-		if md/mr < r.goal {
-			verdict = "not met"
-		}
-		goal = fmt.Sprintf("≥ %.2f× %s", r.goal, verdict)
+		goal = fmt.Sprintf("≥ %.2f× %s", r.goal, verdict(md/mr >= r.goal))
 	}
-	return fmt.Sprintf("| %s | %s | %d | %s | %.0f | %s | %.0f | %.2f× | %s |",
-		group, r.name, r.conc, r.raw.name, mr, r.dq.name, md, md/mr, goal), nil
+	allocGoal := ""
+	if r.allocGoal {
+		allocGoal = fmt.Sprintf("≤ raw+%d %s", allocSlack, verdict(ad <= ar+allocSlack))
+	}
+	return fmt.Sprintf("| %s | %s | %d | %s | %.0f | %.1f | %s | %.0f | %.1f | %.2f× | %s | %s |",
+		group, r.name, r.conc, r.raw.name, mr, ar, r.dq.name, md, ad, md/mr, goal, allocGoal), nil
+}
+
+func verdict(met bool) string {
+	if met {
+		return "met"
+	}
+	return "not met"
 }
 
 func median(xs []float64) float64 {

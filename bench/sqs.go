@@ -1,0 +1,211 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/credentials"
+	awssqs "github.com/aws/aws-sdk-go-v2/service/sqs"
+	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
+
+	"github.com/dedupq/dedupq"
+	"github.com/dedupq/dedupq/adapters/sqs"
+	"github.com/dedupq/dedupq/dedup/memstore"
+	"github.com/dedupq/dedupq/localstack/fauxqs"
+)
+
+// textPayload is the 1 KiB body of SQS messages: text, which SQS carries as
+// it is (the zero bytes of payload are characters SQS refuses, which the
+// adapter would encode and a raw send could not send at all).
+var (
+	textBody    = bytes.Repeat([]byte("x"), 1024)
+	textPayload = string(textBody)
+)
+
+// sqsBatch is SQS's batch limit, for sends and deletes.
+const sqsBatch = 10
+
+// sqsRows measure SQS FIFO on fauxqs (FAUXQS_ENDPOINT, or one started
+// here). Messages are spread over consumeConcurrency message groups: fauxqs
+// returns at most one message per group per ReceiveMessage, so with one
+// group every receive would carry a single message. The emulator, a Node.js
+// process, is what bounds both sides' rates here, not the SDK: these rows
+// show the adapter's overhead on top of an HTTP round trip per batch, not
+// SQS's throughput.
+func sqsRows(ctx context.Context, _ config) ([]row, func(), error) {
+	emu, err := fauxqs.Start()
+	if errors.Is(err, fauxqs.ErrUnavailable) {
+		return nil, nil, fmt.Errorf("fauxqs %w: %w", errUnavailable, err)
+	}
+	if err != nil {
+		return nil, nil, fmt.Errorf("starting fauxqs: %w", err)
+	}
+	client := awssqs.New(awssqs.Options{
+		Region: "us-east-1", BaseEndpoint: aws.String(emu.Endpoint),
+		Credentials: credentials.NewStaticCredentialsProvider("test", "test", ""),
+	})
+	var queues []string
+	create := func(ctx context.Context, attrs map[string]string) (string, error) {
+		attrs["FifoQueue"] = "true"
+		out, err := client.CreateQueue(ctx, &awssqs.CreateQueueInput{QueueName: aws.String(randomName("bench-") + ".fifo"), Attributes: attrs})
+		if err != nil {
+			return "", err
+		}
+		queues = append(queues, *out.QueueUrl)
+		return *out.QueueUrl, nil
+	}
+	cleanup := func() {
+		// fauxqs keeps queues in memory: only one found through
+		// FAUXQS_ENDPOINT outlives this run.
+		for _, url := range queues {
+			_, _ = client.DeleteQueue(context.Background(), &awssqs.DeleteQueueInput{QueueUrl: aws.String(url)})
+		}
+		_ = emu.Stop()
+	}
+	// Every queue dead-letters after 5 receives: a Guard refuses to run
+	// on unbounded redelivery, which its TTL could not cover.
+	dlq, err := create(ctx, map[string]string{})
+	var arn *awssqs.GetQueueAttributesOutput
+	if err == nil {
+		arn, err = client.GetQueueAttributes(ctx, &awssqs.GetQueueAttributesInput{QueueUrl: aws.String(dlq), AttributeNames: []types.QueueAttributeName{types.QueueAttributeNameQueueArn}})
+	}
+	if err != nil {
+		cleanup()
+		return nil, nil, err
+	}
+	redrive := fmt.Sprintf(`{"deadLetterTargetArn":%q,"maxReceiveCount":5}`, arn.Attributes[string(types.QueueAttributeNameQueueArn)])
+	queue := func(ctx context.Context) (string, error) {
+		return create(ctx, map[string]string{"RedrivePolicy": redrive})
+	}
+	rawPublish := side{"SendMessageBatch", func(ctx context.Context, _ int, n int64) (time.Duration, error) {
+		url, err := queue(ctx)
+		if err != nil {
+			return 0, err
+		}
+		return sqsSendAll(ctx, client, url, n)
+	}}
+	dqPublish := side{"Publisher", func(ctx context.Context, _ int, n int64) (time.Duration, error) {
+		url, err := queue(ctx)
+		if err != nil {
+			return 0, err
+		}
+		top, err := sqs.OpenTopic(ctx, client, url, nil)
+		if err != nil {
+			return 0, err
+		}
+		pub, err := dedupq.NewPublisher(ctx, top, dedupq.PublisherOptions{})
+		if err != nil {
+			top.Close()
+			return 0, err
+		}
+		defer pub.Close(context.Background())
+		msgs := make([]*dedupq.Message, n)
+		w := startWatch()
+		for i := range msgs {
+			msgs[i] = &dedupq.Message{ID: "m" + strconv.Itoa(i), Body: textBody, GroupKey: groupKey(int64(i), consumeConcurrency)}
+		}
+		_, err = pub.PublishBatch(ctx, msgs)
+		return w.stop(), err
+	}}
+	filled := func(ctx context.Context, n int64) (string, error) {
+		url, err := queue(ctx)
+		if err == nil {
+			_, err = sqsSendAll(ctx, client, url, n)
+		}
+		return url, err
+	}
+	rawConsume := side{"ReceiveMessage+DeleteMessageBatch", func(ctx context.Context, _ int, n int64) (time.Duration, error) {
+		url, err := filled(ctx, n)
+		if err != nil {
+			return 0, err
+		}
+		ctx, cancel := context.WithTimeout(ctx, 5*time.Minute)
+		defer cancel()
+		seen := make(map[string]bool, n)
+		w := startWatch()
+		for int64(len(seen)) < n {
+			out, err := client.ReceiveMessage(ctx, &awssqs.ReceiveMessageInput{
+				QueueUrl: aws.String(url), MaxNumberOfMessages: sqsBatch, WaitTimeSeconds: 1,
+				MessageSystemAttributeNames: []types.MessageSystemAttributeName{types.MessageSystemAttributeNameMessageDeduplicationId},
+			})
+			if err != nil {
+				return 0, fmt.Errorf("after %d of %d messages: %w", len(seen), n, err)
+			}
+			if len(out.Messages) == 0 {
+				continue
+			}
+			entries := make([]types.DeleteMessageBatchRequestEntry, len(out.Messages))
+			for i, m := range out.Messages {
+				seen[m.Attributes[string(types.MessageSystemAttributeNameMessageDeduplicationId)]] = true
+				entries[i] = types.DeleteMessageBatchRequestEntry{Id: aws.String(strconv.Itoa(i)), ReceiptHandle: m.ReceiptHandle}
+			}
+			del, err := client.DeleteMessageBatch(ctx, &awssqs.DeleteMessageBatchInput{QueueUrl: aws.String(url), Entries: entries})
+			if err != nil {
+				return 0, err
+			}
+			if len(del.Failed) > 0 {
+				return 0, fmt.Errorf("deleting: %s", aws.ToString(del.Failed[0].Message))
+			}
+		}
+		return w.stop(), nil
+	}}
+	dqConsume := func(name string, guarded bool) side {
+		return side{name, func(ctx context.Context, _ int, n int64) (time.Duration, error) {
+			url, err := filled(ctx, n)
+			if err != nil {
+				return 0, err
+			}
+			// A short long poll: the consumer's last receive, abandoned
+			// when it stops, holds fauxqs no longer than that.
+			sub, err := sqs.OpenSubscription(ctx, client, url, &sqs.Options{WaitTime: time.Second})
+			if err != nil {
+				return 0, err
+			}
+			var g dedupq.Deduplicator
+			if guarded {
+				if g, err = guardOn(memstore.New(nil)); err != nil {
+					return 0, err
+				}
+			}
+			return consumeAll(ctx, sub, g, n)
+		}}
+	}
+	n := int64(5_000)
+	rows := []row{
+		{name: "publish 1 KiB", conc: 1, n: n, allocGoal: true, raw: rawPublish, dq: dqPublish},
+		{name: "consume", conc: consumeConcurrency, n: n, allocGoal: true, raw: rawConsume, dq: dqConsume("Consumer", false)},
+		{name: "consume+guard", conc: consumeConcurrency, n: n, raw: rawConsume, dq: dqConsume("Consumer+Guard(memstore)", true)},
+	}
+	return rows, cleanup, nil
+}
+
+// sqsSendAll sends n text messages to the FIFO queue at url in batches of
+// 10, spread over consumeConcurrency groups, timed.
+func sqsSendAll(ctx context.Context, client *awssqs.Client, url string, n int64) (time.Duration, error) {
+	entries := make([]types.SendMessageBatchRequestEntry, 0, sqsBatch)
+	w := startWatch()
+	for i := int64(0); i < n; {
+		entries = entries[:0]
+		for ; i < n && len(entries) < sqsBatch; i++ {
+			entries = append(entries, types.SendMessageBatchRequestEntry{
+				Id:                     aws.String(strconv.Itoa(len(entries))),
+				MessageBody:            aws.String(textPayload),
+				MessageDeduplicationId: aws.String("m" + strconv.FormatInt(i, 10)),
+				MessageGroupId:         aws.String(groupKey(i, consumeConcurrency)),
+			})
+		}
+		out, err := client.SendMessageBatch(ctx, &awssqs.SendMessageBatchInput{QueueUrl: aws.String(url), Entries: entries})
+		if err != nil {
+			return 0, err
+		}
+		if len(out.Failed) > 0 {
+			return 0, fmt.Errorf("sending: %s", aws.ToString(out.Failed[0].Message))
+		}
+	}
+	return w.stop(), nil
+}
