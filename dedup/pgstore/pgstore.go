@@ -122,6 +122,7 @@ type Store struct {
 
 	claimSQL, completeSQL, extendSQL, releaseSQL string
 	takeSQL, readSQL, sweepSQL                   string
+	commitSQL                                    string
 
 	claims, completes *coalesce.Batcher[*op]
 	asyncClaims       bool
@@ -281,13 +282,35 @@ RETURNING 1`)
 	DELETE FROM {T} WHERE namespace = $1 AND key = $2 AND token = $3 AND NOT completed RETURNING 1
 )
 SELECT (SELECT count(*) FROM del), (SELECT token FROM {T} WHERE namespace = $1 AND key = $2)`)
+	// Do's take also leaves the key and its TTL in settings local to the
+	// transaction, for the statement that Do's commit sends (see
+	// commitSQL).
 	s.takeSQL = r.Replace(`INSERT INTO {T} AS d (namespace, key, token, fingerprint, completed, locked_until, expires_at)
-VALUES ($1, $2, $3, $4, true, NULL, now() + $5 * interval '1 microsecond')
+SELECT $1, $2, $3, $4, true, NULL, now() + $5::bigint * interval '1 microsecond'
+FROM (SELECT set_config('dedupq.do_namespace', $1, true), set_config('dedupq.do_key', $2, true),
+	set_config('dedupq.do_ttl_us', $5::bigint::text, true)) AS local_settings
 ON CONFLICT (namespace, key) DO UPDATE
 SET token = excluded.token, fingerprint = excluded.fingerprint, completed = true,
 	locked_until = NULL, expires_at = excluded.expires_at, result = NULL
 WHERE d.expires_at <= now()
 RETURNING 1`)
+	// The TTL of Do's record runs from the commit, when the record
+	// becomes visible, not from the take at the transaction's start: a
+	// handler that ran for a while would otherwise eat into it. Restarting
+	// it takes a statement after the handler; sent with COMMIT in one
+	// simple query, it costs no round trip of its own. A simple query takes
+	// no parameters, so it finds the key and the TTL in the settings the
+	// take left. If the handler removed the record, committing would keep
+	// its effect with nothing to dedup the redelivery: reading the setting
+	// errRecordRemoved names, which nobody sets, fails the statement, and
+	// the COMMIT behind it is not run.
+	s.commitSQL = r.Replace(`WITH fin AS (
+	UPDATE {T} SET expires_at = clock_timestamp() + current_setting('dedupq.do_ttl_us')::bigint * interval '1 microsecond'
+	WHERE namespace = current_setting('dedupq.do_namespace') AND key = current_setting('dedupq.do_key')
+	RETURNING 1
+)
+SELECT CASE WHEN count(*) = 1 THEN '' ELSE current_setting('` + recordRemovedSetting + `') END FROM fin;
+COMMIT`)
 	s.readSQL = r.Replace(`SELECT completed, fingerprint, locked_until, result, expires_at <= now() FROM {T} WHERE namespace = $1 AND key = $2`)
 	s.sweepSQL = r.Replace(`DELETE FROM {T} d USING (
 	SELECT namespace, key FROM {T} WHERE expires_at < now() ORDER BY expires_at LIMIT $1 FOR UPDATE SKIP LOCKED
