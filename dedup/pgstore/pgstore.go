@@ -97,10 +97,11 @@ type Options struct {
 	// share one round trip and one commit; 0 means 128, 1 sends each on
 	// its own.
 	MaxBatch int
-	// MaxInFlight caps how many batches of claims, and how many of
-	// completions, run at once; 0 means 1. Calls arriving while all are
-	// busy go out together in the next one: fewer batches in flight make
-	// bigger ones, and so fewer commits.
+	// MaxInFlight caps how many batches run at once (claims and
+	// completions share them; with AsyncClaims, each has its own); 0
+	// means 1. Calls arriving while all are busy go out together in the
+	// next one: fewer batches in flight make bigger ones, and so fewer
+	// commits.
 	MaxInFlight int
 	// AsyncClaims commits claims with synchronous_commit off (completions
 	// always wait for the disk). A claim is still visible to every
@@ -145,14 +146,19 @@ func New(db DB, o Options) (*Store, error) {
 	s := &Store{db: db, ns: o.Namespace, table: table}
 	s.prepareSQL()
 	s.asyncClaims = o.AsyncClaims
-	// Claims and completions batch apart, because they commit
-	// differently (see Options.AsyncClaims).
 	s.claims = coalesce.New(o.MaxBatch, o.MaxInFlight, s.flush, s.abandoned)
 	// A claim batch whose callers all gave up still reads its outcome, so
 	// that a claim it committed is released after it committed: cut short,
 	// the statement could commit after the release had found nothing.
 	s.claims.Grace = undoTimeout
-	s.completes = coalesce.New(o.MaxBatch, o.MaxInFlight, s.flush, s.abandoned)
+	// Claims and completions share batches, and so commits: at a given
+	// concurrency that halves the commits per delivery, and the commit's
+	// WAL flush is what a durable store waits for. Async claims commit
+	// differently (see Options.AsyncClaims), so they batch apart.
+	s.completes = s.claims
+	if o.AsyncClaims {
+		s.completes = coalesce.New(o.MaxBatch, o.MaxInFlight, s.flush, s.abandoned)
+	}
 	return s, nil
 }
 
