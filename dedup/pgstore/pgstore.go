@@ -60,12 +60,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"hash/fnv"
 	"slices"
 	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/dedupq/dedupq/dedup"
 	"github.com/dedupq/dedupq/dedup/internal/claimtoken"
@@ -123,7 +125,9 @@ type Store struct {
 
 	claimSQL, completeSQL, extendSQL, releaseSQL string
 	takeSQL, readSQL, sweepSQL                   string
-	commitSQL                                    string
+	commitSQL, commitPreparedSQL                 string
+	finishStmtSQL, finishStmtName                string
+	prepareFinish                                bool
 
 	claims, completes *coalesce.Batcher[*op]
 	asyncClaims       bool
@@ -145,6 +149,16 @@ func New(db DB, o Options) (*Store, error) {
 	}
 	s := &Store{db: db, ns: o.Namespace, table: table}
 	s.prepareSQL()
+	// A statement prepared on a connection is there for its next
+	// transaction only where the connection is the server's own (no
+	// transaction-pooling proxy in between), which pgx's default exec
+	// mode assumes too.
+	switch db := db.(type) {
+	case *pgxpool.Pool:
+		s.prepareFinish = db.Config().ConnConfig.DefaultQueryExecMode == pgx.QueryExecModeCacheStatement
+	case *pgx.Conn:
+		s.prepareFinish = db.Config().DefaultQueryExecMode == pgx.QueryExecModeCacheStatement
+	}
 	s.asyncClaims = o.AsyncClaims
 	s.claims = coalesce.New(o.MaxBatch, o.MaxInFlight, s.flush, s.abandoned)
 	// A claim batch whose callers all gave up still reads its outcome, so
@@ -310,13 +324,20 @@ RETURNING 1`)
 	// its effect with nothing to dedup the redelivery: reading the setting
 	// errRecordRemoved names, which nobody sets, fails the statement, and
 	// the COMMIT behind it is not run.
-	s.commitSQL = r.Replace(`WITH fin AS (
+	s.finishStmtSQL = r.Replace(`WITH fin AS (
 	UPDATE {T} SET expires_at = clock_timestamp() + current_setting('dedupq.do_ttl_us')::bigint * interval '1 microsecond'
 	WHERE namespace = current_setting('dedupq.do_namespace') AND key = current_setting('dedupq.do_key')
 	RETURNING 1
 )
-SELECT CASE WHEN count(*) = 1 THEN '' ELSE current_setting('` + recordRemovedSetting + `') END FROM fin;
-COMMIT`)
+SELECT CASE WHEN count(*) = 1 THEN '' ELSE current_setting('` + recordRemovedSetting + `') END FROM fin`)
+	s.commitSQL = s.finishStmtSQL + ";\nCOMMIT"
+	// Sent as text, the statement is parsed and planned on every commit;
+	// prepared once per connection and EXECUTEd, it is planned once (see
+	// Store.begin).
+	h := fnv.New64a()
+	_, _ = h.Write([]byte(s.finishStmtSQL))
+	s.finishStmtName = fmt.Sprintf("dedupq_do_finish_%x", h.Sum64())
+	s.commitPreparedSQL = "EXECUTE " + s.finishStmtName + ";\nCOMMIT"
 	s.readSQL = r.Replace(`SELECT completed, fingerprint, locked_until, result, expires_at <= now() FROM {T} WHERE namespace = $1 AND key = $2`)
 	s.sweepSQL = r.Replace(`DELETE FROM {T} d USING (
 	SELECT namespace, key FROM {T} WHERE expires_at < now() ORDER BY expires_at LIMIT $1 FOR UPDATE SKIP LOCKED

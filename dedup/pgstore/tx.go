@@ -173,8 +173,21 @@ type txBeginner interface {
 // TTL when the DB lets it choose the commit query (commitFinishes).
 func (s *Store) begin(ctx context.Context) (tx pgx.Tx, commitFinishes bool, err error) {
 	if b, ok := s.db.(txBeginner); ok {
-		tx, err = b.BeginTx(ctx, pgx.TxOptions{CommitQuery: s.commitSQL})
-		return tx, true, err
+		commit := s.commitSQL
+		if s.prepareFinish {
+			commit = s.commitPreparedSQL
+		}
+		tx, err = b.BeginTx(ctx, pgx.TxOptions{CommitQuery: commit})
+		if err != nil || !s.prepareFinish {
+			return tx, true, err
+		}
+		// pgx prepares a name once per connection, and then answers
+		// from its own record.
+		if _, err := tx.Conn().Prepare(ctx, s.finishStmtName, s.finishStmtSQL); err != nil {
+			_ = tx.Rollback(context.WithoutCancel(ctx))
+			return nil, false, err
+		}
+		return tx, true, nil
 	}
 	tx, err = s.db.Begin(ctx)
 	return tx, false, err
