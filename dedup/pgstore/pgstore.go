@@ -36,8 +36,9 @@
 // up the holder's completion. Complete, Extend and Release act only on the
 // row that carries the caller's token.
 // Claims and completions made at the same time by concurrent deliveries are
-// sent as one statement over arrays (see Options.MaxBatch), so a busy
-// consumer pays one round trip and one commit for many keys.
+// sent as one statement over arrays each, the two in one round trip and one
+// commit (see Options.MaxBatch), so a busy consumer pays one round trip and
+// one commit for many keys.
 // Claims and completions both wait for the disk by default;
 // Options.AsyncClaims trades a little safety for about twice the rate.
 //
