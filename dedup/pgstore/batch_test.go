@@ -31,6 +31,8 @@ type heldDB struct {
 	sent chan []string
 	mu   sync.Mutex
 	held map[string]chan struct{}
+	// completed lists, for each batch sent, the keys it completes.
+	completed [][]string
 }
 
 func newHeldDB(pool *pgxpool.Pool) *heldDB {
@@ -47,14 +49,20 @@ func (d *heldDB) hold(key string) (release func()) {
 }
 
 func (d *heldDB) SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults {
-	var keys []string
+	var keys, completes []string
 	for _, q := range b.QueuedQueries {
 		if len(q.Arguments) > 1 {
 			if k, ok := q.Arguments[1].([]string); ok && len(q.Arguments) == 5 { // the claim statement
 				keys = k
 			}
+			if k, ok := q.Arguments[1].([]string); ok && len(q.Arguments) == 6 { // the completion statement
+				completes = k
+			}
 		}
 	}
+	d.mu.Lock()
+	d.completed = append(d.completed, slices.Clone(completes))
+	d.mu.Unlock()
 	br := d.Pool.SendBatch(ctx, b)
 	if keys == nil {
 		return br
@@ -307,5 +315,56 @@ func TestBatchedClaimRacingTakeover(t *testing.T) {
 		if a.err != nil || a.c.State != tc.state || a.c.Fingerprint != tc.fp {
 			t.Errorf("%s = %s with fingerprint %q, %v; want %s with %q", tc.name, a.c.State, a.c.Fingerprint, a.err, tc.state, tc.fp)
 		}
+	}
+}
+
+// A claim and a completion made while a batch is in flight go out together
+// in the next one: one round trip and one commit, where batches of claims
+// and of completions apart would take a commit each.
+func TestClaimAndCompletionShareABatch(t *testing.T) {
+	pool := connect(t, 4)
+	db := newHeldDB(pool)
+	s := newStore(t, db, pgstore.Options{Table: newTable(t, pool)})
+	ctx := context.Background()
+
+	held, err := s.Claim(ctx, "done", "fp", time.Minute)
+	if err != nil || held.State != dedup.Acquired {
+		t.Fatalf("Claim = %+v, %v; want acquired", held, err)
+	}
+	db.nextSent(t)
+	release := db.hold("blocker")
+	defer release()
+	blocker := claimAsync(ctx, s, "blocker")
+	db.nextSent(t) // in flight, its answer held back
+
+	completed := make(chan error, 1)
+	go func() { completed <- s.Complete(ctx, "done", held.Token, time.Hour, nil) }()
+	next := claimAsync(ctx, s, "next")
+	queuedClaims(t, s, 2) // the completion and the claim wait together
+	release()
+	if a := await(t, "the held claim", blocker); a.err != nil || a.c.State != dedup.Acquired {
+		t.Fatalf("held claim = %+v, %v; want acquired", a.c, a.err)
+	}
+	if keys := db.nextSent(t); !slices.Equal(keys, []string{"next"}) {
+		t.Fatalf("next batch claims %q, want [next]", keys)
+	}
+	if a := await(t, "the claim", next); a.err != nil || a.c.State != dedup.Acquired {
+		t.Fatalf("claim = %+v, %v; want acquired", a.c, a.err)
+	}
+	select {
+	case err := <-completed:
+		if err != nil {
+			t.Fatalf("Complete: %v", err)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("Complete did not return")
+	}
+	db.mu.Lock()
+	defer db.mu.Unlock()
+	if got := db.completed[len(db.completed)-1]; !slices.Equal(got, []string{"done"}) {
+		t.Errorf("the batch that claimed next completed %q, want [done]: the completion went apart", got)
+	}
+	if len(db.completed) != 3 {
+		t.Errorf("%d batches sent, want 3 (claim, held claim, claim with completion)", len(db.completed))
 	}
 }

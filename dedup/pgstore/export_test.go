@@ -1,5 +1,6 @@
 package pgstore
 
-// QueuedClaims reports how many claims wait for a batch, so that a test can
-// make claims share one.
+// QueuedClaims reports how many claims wait for a batch (and completions,
+// which share their batches unless AsyncClaims), so that a test can make
+// them share one.
 func QueuedClaims(s *Store) int { return s.claims.Queued() }

@@ -36,8 +36,9 @@
 // up the holder's completion. Complete, Extend and Release act only on the
 // row that carries the caller's token.
 // Claims and completions made at the same time by concurrent deliveries are
-// sent as one statement over arrays (see Options.MaxBatch), so a busy
-// consumer pays one round trip and one commit for many keys.
+// sent as one statement over arrays each, the two in one round trip and one
+// commit (see Options.MaxBatch), so a busy consumer pays one round trip and
+// one commit for many keys.
 // Claims and completions both wait for the disk by default;
 // Options.AsyncClaims trades a little safety for about twice the rate.
 //
@@ -60,12 +61,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"hash/fnv"
 	"slices"
 	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/dedupq/dedupq/dedup"
 	"github.com/dedupq/dedupq/dedup/internal/claimtoken"
@@ -97,10 +100,11 @@ type Options struct {
 	// share one round trip and one commit; 0 means 128, 1 sends each on
 	// its own.
 	MaxBatch int
-	// MaxInFlight caps how many batches of claims, and how many of
-	// completions, run at once; 0 means 1. Calls arriving while all are
-	// busy go out together in the next one: fewer batches in flight make
-	// bigger ones, and so fewer commits.
+	// MaxInFlight caps how many batches run at once (claims and
+	// completions share them; with AsyncClaims, each has its own); 0
+	// means 1. Calls arriving while all are busy go out together in the
+	// next one: fewer batches in flight make bigger ones, and so fewer
+	// commits.
 	MaxInFlight int
 	// AsyncClaims commits claims with synchronous_commit off (completions
 	// always wait for the disk). A claim is still visible to every
@@ -122,6 +126,9 @@ type Store struct {
 
 	claimSQL, completeSQL, extendSQL, releaseSQL string
 	takeSQL, readSQL, sweepSQL                   string
+	commitSQL, commitPreparedSQL                 string
+	finishStmtSQL, finishStmtName                string
+	prepareFinish                                bool
 
 	claims, completes *coalesce.Batcher[*op]
 	asyncClaims       bool
@@ -143,15 +150,30 @@ func New(db DB, o Options) (*Store, error) {
 	}
 	s := &Store{db: db, ns: o.Namespace, table: table}
 	s.prepareSQL()
+	// A statement prepared on a connection is there for its next
+	// transaction only where the connection is the server's own (no
+	// transaction-pooling proxy in between), which pgx's default exec
+	// mode assumes too.
+	switch db := db.(type) {
+	case *pgxpool.Pool:
+		s.prepareFinish = db.Config().ConnConfig.DefaultQueryExecMode == pgx.QueryExecModeCacheStatement
+	case *pgx.Conn:
+		s.prepareFinish = db.Config().DefaultQueryExecMode == pgx.QueryExecModeCacheStatement
+	}
 	s.asyncClaims = o.AsyncClaims
-	// Claims and completions batch apart, because they commit
-	// differently (see Options.AsyncClaims).
 	s.claims = coalesce.New(o.MaxBatch, o.MaxInFlight, s.flush, s.abandoned)
 	// A claim batch whose callers all gave up still reads its outcome, so
 	// that a claim it committed is released after it committed: cut short,
 	// the statement could commit after the release had found nothing.
 	s.claims.Grace = undoTimeout
-	s.completes = coalesce.New(o.MaxBatch, o.MaxInFlight, s.flush, s.abandoned)
+	// Claims and completions share batches, and so commits: at a given
+	// concurrency that halves the commits per delivery, and the commit's
+	// WAL flush is what a durable store waits for. Async claims commit
+	// differently (see Options.AsyncClaims), so they batch apart.
+	s.completes = s.claims
+	if o.AsyncClaims {
+		s.completes = coalesce.New(o.MaxBatch, o.MaxInFlight, s.flush, s.abandoned)
+	}
 	return s, nil
 }
 
@@ -281,13 +303,42 @@ RETURNING 1`)
 	DELETE FROM {T} WHERE namespace = $1 AND key = $2 AND token = $3 AND NOT completed RETURNING 1
 )
 SELECT (SELECT count(*) FROM del), (SELECT token FROM {T} WHERE namespace = $1 AND key = $2)`)
+	// Do's take also leaves the key and its TTL in settings local to the
+	// transaction, for the statement that Do's commit sends (see
+	// commitSQL).
 	s.takeSQL = r.Replace(`INSERT INTO {T} AS d (namespace, key, token, fingerprint, completed, locked_until, expires_at)
-VALUES ($1, $2, $3, $4, true, NULL, now() + $5 * interval '1 microsecond')
+SELECT $1, $2, $3, $4, true, NULL, now() + $5::bigint * interval '1 microsecond'
+FROM (SELECT set_config('dedupq.do_namespace', $1, true), set_config('dedupq.do_key', $2, true),
+	set_config('dedupq.do_ttl_us', $5::bigint::text, true)) AS local_settings
 ON CONFLICT (namespace, key) DO UPDATE
 SET token = excluded.token, fingerprint = excluded.fingerprint, completed = true,
 	locked_until = NULL, expires_at = excluded.expires_at, result = NULL
 WHERE d.expires_at <= now()
 RETURNING 1`)
+	// The TTL of Do's record runs from the commit, when the record
+	// becomes visible, not from the take at the transaction's start: a
+	// handler that ran for a while would otherwise eat into it. Restarting
+	// it takes a statement after the handler; sent with COMMIT in one
+	// simple query, it costs no round trip of its own. A simple query takes
+	// no parameters, so it finds the key and the TTL in the settings the
+	// take left. If the handler removed the record, committing would keep
+	// its effect with nothing to dedup the redelivery: reading the setting
+	// errRecordRemoved names, which nobody sets, fails the statement, and
+	// the COMMIT behind it is not run.
+	s.finishStmtSQL = r.Replace(`WITH fin AS (
+	UPDATE {T} SET expires_at = clock_timestamp() + current_setting('dedupq.do_ttl_us')::bigint * interval '1 microsecond'
+	WHERE namespace = current_setting('dedupq.do_namespace') AND key = current_setting('dedupq.do_key')
+	RETURNING 1
+)
+SELECT CASE WHEN count(*) = 1 THEN '' ELSE current_setting('` + recordRemovedSetting + `') END FROM fin`)
+	s.commitSQL = s.finishStmtSQL + ";\nCOMMIT"
+	// Sent as text, the statement is parsed and planned on every commit;
+	// prepared once per connection and EXECUTEd, it is planned once (see
+	// Store.begin).
+	h := fnv.New64a()
+	_, _ = h.Write([]byte(s.finishStmtSQL))
+	s.finishStmtName = fmt.Sprintf("dedupq_do_finish_%x", h.Sum64())
+	s.commitPreparedSQL = "EXECUTE " + s.finishStmtName + ";\nCOMMIT"
 	s.readSQL = r.Replace(`SELECT completed, fingerprint, locked_until, result, expires_at <= now() FROM {T} WHERE namespace = $1 AND key = $2`)
 	s.sweepSQL = r.Replace(`DELETE FROM {T} d USING (
 	SELECT namespace, key FROM {T} WHERE expires_at < now() ORDER BY expires_at LIMIT $1 FOR UPDATE SKIP LOCKED

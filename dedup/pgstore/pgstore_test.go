@@ -50,13 +50,16 @@ func TestMain(m *testing.M) {
 }
 
 // connect returns a pool on the real server, closed when tb ends.
-func connect(tb testing.TB, maxConns int32) *pgxpool.Pool {
+func connect(tb testing.TB, maxConns int32, configure ...func(*pgxpool.Config)) *pgxpool.Pool {
 	tb.Helper()
 	cfg, err := pgxpool.ParseConfig(dsn())
 	if err != nil {
 		tb.Fatal(err)
 	}
 	cfg.MaxConns = maxConns
+	for _, f := range configure {
+		f(cfg)
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)

@@ -5,10 +5,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"go.opentelemetry.io/otel/metric"
 
 	"github.com/dedupq/dedupq"
@@ -70,7 +72,7 @@ func (s *Store) Do(ctx context.Context, key, fingerprint string, ttl time.Durati
 }
 
 func (s *Store) do(ctx context.Context, key, fingerprint string, ttl time.Duration, fn TxFunc) (out Outcome, again bool, err error) {
-	tx, err := s.db.Begin(ctx)
+	tx, commitFinishes, err := s.begin(ctx)
 	if err != nil {
 		return Outcome{}, false, fail(ctx, "do", key, err)
 	}
@@ -122,41 +124,79 @@ func (s *Store) do(ctx context.Context, key, fingerprint string, ttl time.Durati
 	// The take above set expires_at from now(), the transaction's start,
 	// but the record only becomes visible at the commit: counted from
 	// there, a handler that ran for d would leave ttl − d, and the startup
-	// check counts the TTL from the completion. So the last statement
-	// before the commit restarts it from clock_timestamp() (the epsilon
-	// left is this statement's answer and the commit itself), and writes
-	// the result in the same statement.
-	//
-	// It runs without a result too, at the cost of one round trip (and a
-	// row version) per Do. Nothing cheaper is safe: the take cannot know
-	// d; padding its TTL by the context's deadline would not help the
-	// Consumer, whose handler contexts have none, and trusting the startup
-	// check's margin would break plans that set it to none; pgx.Tx sends
-	// COMMIT on its own, so this cannot share its round trip; a deferred
-	// trigger that restarts the TTL inside the commit needs a schema
-	// change (Migration), which is where to look if the round trip
-	// matters.
+	// check counts the TTL from the completion. So the commit restarts it
+	// from clock_timestamp() in the same round trip (see commitSQL); the
+	// epsilon left is the commit itself. A result needs a statement of
+	// its own, since the commit's takes no parameters, and so does a DB
+	// that cannot begin a transaction with its own commit query.
 	if len(result) == 0 {
 		result = nil // stored as none
 	}
-	tag, err = tx.Exec(ctx, s.finishSQL(), s.ns, key, result, micros(ttl))
-	if err != nil {
-		return Outcome{}, false, fail(ctx, "do", key, err)
-	}
-	if tag.RowsAffected() != 1 {
-		// fn deleted the record (or rewrote its key): committing would
-		// keep fn's effect with nothing to dedup its redelivery.
-		return Outcome{}, false, fmt.Errorf("pgstore: do %q: the handler's transaction removed the key's record; rolled back", key)
+	if result != nil || !commitFinishes {
+		tag, err = tx.Exec(ctx, s.finishSQL(), s.ns, key, result, micros(ttl))
+		if err != nil {
+			return Outcome{}, false, fail(ctx, "do", key, err)
+		}
+		if tag.RowsAffected() != 1 {
+			return Outcome{}, false, errRecordRemoved(key)
+		}
 	}
 	if err := tx.Commit(ctx); err != nil {
+		var pgErr *pgconn.PgError
+		if errors.As(err, &pgErr) && pgErr.Code == "42704" && strings.Contains(pgErr.Message, recordRemovedSetting) {
+			return Outcome{}, false, errRecordRemoved(key)
+		}
 		return Outcome{}, false, fail(ctx, "do: commit", key, err)
 	}
 	return Outcome{Ran: true, Result: bytes.Clone(result)}, false, nil
 }
 
-// finishSQL completes Do's record just before the commit: it stores the
-// result ($3, NULL for none) and starts the TTL ($4 microseconds) from the
-// statement's own clock, not the transaction's start. It is built here
+// recordRemovedSetting names a setting that nobody sets: Do's commit
+// statement reads it to fail, and so not commit, when the handler removed
+// the key's record (see commitSQL).
+const recordRemovedSetting = "dedupq.the_handler_removed_the_record_of_its_key"
+
+// errRecordRemoved is Do's error when fn deleted the key's record (or
+// rewrote its key): committing would keep fn's effect with nothing to
+// dedup its redelivery, so Do rolled back.
+func errRecordRemoved(key string) error {
+	return fmt.Errorf("pgstore: do %q: the handler's transaction removed the key's record; rolled back", key)
+}
+
+// txBeginner is the part of *pgxpool.Pool (and *pgx.Conn) that lets Do's
+// commit restart the TTL in the same round trip (see commitSQL).
+type txBeginner interface {
+	BeginTx(ctx context.Context, o pgx.TxOptions) (pgx.Tx, error)
+}
+
+// begin starts Do's transaction, whose Commit also restarts the record's
+// TTL when the DB lets it choose the commit query (commitFinishes).
+func (s *Store) begin(ctx context.Context) (tx pgx.Tx, commitFinishes bool, err error) {
+	if b, ok := s.db.(txBeginner); ok {
+		commit := s.commitSQL
+		if s.prepareFinish {
+			commit = s.commitPreparedSQL
+		}
+		tx, err = b.BeginTx(ctx, pgx.TxOptions{CommitQuery: commit})
+		if err != nil || !s.prepareFinish {
+			return tx, true, err
+		}
+		// pgx prepares a name once per connection, and then answers
+		// from its own record.
+		if _, err := tx.Conn().Prepare(ctx, s.finishStmtName, s.finishStmtSQL); err != nil {
+			_ = tx.Rollback(context.WithoutCancel(ctx))
+			return nil, false, err
+		}
+		return tx, true, nil
+	}
+	tx, err = s.db.Begin(ctx)
+	return tx, false, err
+}
+
+// finishSQL completes Do's record just before the commit when the commit
+// statement cannot: it stores the result ($3, NULL for none) and starts the
+// TTL ($4 microseconds) from the statement's own clock, not the
+// transaction's start. It is built here
 // rather than beside the other statements, and on each call: a few bytes
 // beside a round trip, and pgx caches the prepared statement by its text.
 func (s *Store) finishSQL() string {

@@ -6,10 +6,12 @@ package pgstore_test
 import (
 	"context"
 	"errors"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/dedupq/dedupq"
 	"github.com/dedupq/dedupq/dedup/pgstore"
@@ -137,6 +139,49 @@ func TestDoRecordDeletedByHandler(t *testing.T) {
 		}
 		if n := effects(t, pool, fx, key); n != 0 {
 			t.Errorf("result %q: %d effects committed without a record, want 0", result, n)
+		}
+	}
+}
+
+// queryCounter counts the statements sent through a pool: every Exec,
+// Query and QueryRow, BEGIN and COMMIT included, is one round trip.
+type queryCounter struct{ n atomic.Int64 }
+
+func (c *queryCounter) TraceQueryStart(ctx context.Context, _ *pgx.Conn, _ pgx.TraceQueryStartData) context.Context {
+	c.n.Add(1)
+	return ctx
+}
+
+func (c *queryCounter) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
+
+// TestDoRoundTrips checks that TxGuard costs no round trip more than the
+// transaction a handler would write by hand (BEGIN, its INSERT, the key's
+// INSERT, COMMIT): the TTL's restart at the commit rides with the COMMIT.
+func TestDoRoundTrips(t *testing.T) {
+	counter := &queryCounter{}
+	// One connection: its first Do prepares what the others reuse.
+	pool := connect(t, 1, func(c *pgxpool.Config) { c.ConnConfig.Tracer = counter })
+	table, fx := newTable(t, pool), newEffects(t, pool)
+	g, err := pgstore.NewTxGuard(newStore(t, pool, pgstore.Options{Table: table}), pgstore.TxGuardOptions{TTL: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := g.Wrap(func(ctx context.Context, d *dedupq.Delivery) error {
+		tx, err := pgstore.Tx(ctx)
+		if err != nil {
+			return err
+		}
+		_, err = tx.Exec(ctx, "INSERT INTO "+fx+" (msg) VALUES ($1)", d.Message.ID)
+		return err
+	})
+	for i := range 3 {
+		key := randomName("key-")
+		before := counter.n.Load()
+		if err := h(context.Background(), &dedupq.Delivery{Message: dedupq.Message{ID: key, Body: []byte("pay 10")}, Attempt: 1}); err != nil {
+			t.Fatal(err)
+		}
+		if got := counter.n.Load() - before; i > 0 && got != 4 {
+			t.Errorf("delivery %d: %d statements, want 4 (BEGIN, take, the handler's INSERT, commit)", i, got)
 		}
 	}
 }
