@@ -367,34 +367,27 @@ func (g *Guard) run(ctx context.Context, h dedupq.Handler, d *dedupq.Delivery, k
 	return nil
 }
 
-// keepClaimed extends the claim every third of its lease until ctx is done.
-// If the claim is lost it cancels the handler's context with ErrLeaseLost.
-// The returned func stops extending and reports whether the claim was lost.
+// keepClaimed extends the claim every third of its lease until the returned
+// func is called, on a clock timer: no goroutine waits per delivery. If the
+// claim is lost it cancels the handler's context with ErrLeaseLost. The
+// returned func stops extending (waiting for an extension in progress) and
+// reports whether the claim was lost.
 func (g *Guard) keepClaimed(ctx context.Context, cancel context.CancelCauseFunc, key, token string, lease time.Duration) (stopAndLost func() bool) {
-	done := make(chan struct{})
-	finished := make(chan struct{})
 	var lost atomic.Bool
-	go func() {
-		defer close(finished)
-		for clock.Sleep(g.clock, lease/3, done) {
-			err := g.store.Extend(ctx, key, token, lease)
-			if errors.Is(err, ErrLeaseLost) {
-				lost.Store(true)
-				cancel(ErrLeaseLost)
-				return
-			}
-			if err != nil && ctx.Err() == nil {
-				g.log.Warn("dedup: extending a claim failed; retrying", "key", key, "err", err)
-			}
+	r := clock.Repeat(g.clock, lease/3, func() bool {
+		err := g.store.Extend(ctx, key, token, lease)
+		if errors.Is(err, ErrLeaseLost) {
+			lost.Store(true)
+			cancel(ErrLeaseLost)
+			return false
 		}
-	}()
-	var stopped bool
+		if err != nil && ctx.Err() == nil {
+			g.log.Warn("dedup: extending a claim failed; retrying", "key", key, "err", err)
+		}
+		return true
+	})
 	return func() bool {
-		if !stopped {
-			stopped = true
-			close(done)
-			<-finished
-		}
+		r.Stop()
 		return lost.Load()
 	}
 }
