@@ -187,12 +187,20 @@ type Repeater struct {
 // Repeat calls f every d (each time d after the previous call returned)
 // until f returns false or Stop is called.
 func Repeat(c Clock, d time.Duration, f func() bool) *Repeater {
-	r := &Repeater{c: c, every: d, f: f}
+	r := new(Repeater)
+	r.Start(c, d, f)
+	return r
+}
+
+// Start is Repeat on a zero Repeater, for one embedded in a struct of its
+// caller's (one allocation less per repetition set up). It must be called
+// once, before Stop.
+func (r *Repeater) Start(c Clock, d time.Duration, f func() bool) {
+	r.c, r.every, r.f = c, d, f
 	r.fire = r.run
 	r.mu.Lock()
 	r.t = c.AfterFunc(d, r.fire)
 	r.mu.Unlock()
-	return r
 }
 
 func (r *Repeater) run() {
