@@ -25,11 +25,29 @@ var ErrShutdownTimeout = errors.New("dedupq: shutdown timeout: handler cancelled
 
 // ConsumerOptions configure a Consumer. The zero value is usable.
 type ConsumerOptions struct {
-	// Concurrency is how many handlers run at once; 0 means 1.
+	// Concurrency is how many handlers run at once; 0 means 1. Without
+	// Dedup a delivery holds its handler's place until its settle (ack,
+	// nack, terminate) is confirmed; with Dedup only until the handler
+	// returns (see Dedup), and up to 4 × Concurrency settles more may be
+	// in flight.
 	Concurrency int
 	// Dedup, when set, wraps the handler in consumer-side deduplication.
 	// NewConsumer checks that its TTL covers the broker's redelivery span,
 	// plus all of PublisherSpan when that does not fit the broker window.
+	//
+	// It also lets settles pipeline: a delivery gives its handler's place
+	// to the next one as soon as the handler has returned, and its settle
+	// (still confirmed by the broker, retried within SettleTimeout, counted
+	// and logged as before) completes beside the next handlers, which is
+	// what lets a broker round trip per ack, or the batches a driver makes
+	// of concurrent settles, keep up with the handlers. That is safe only
+	// with a dedup store: an ack lost after the next handler started is
+	// redelivered and suppressed as a duplicate. Without one the redelivery
+	// would run the handler's effect again, so there the handler's place
+	// is held until the settle is confirmed: Concurrency then also bounds
+	// the deliveries whose effect happened but whose ack the broker has not
+	// confirmed, and a broker slow to take acks slows the handlers down.
+	// Either way Run and Close return only once every settle has finished.
 	Dedup Deduplicator
 	// PublisherSpan declares the publishers' worst-case retry span
 	// (Publisher.RetryPolicy().Span(); zero for publishers that never
@@ -208,15 +226,16 @@ func (c *Consumer) Run(ctx context.Context, h Handler) error {
 	})
 	defer stopWatch()
 
-	slots := make(chan struct{}, c.opts.Concurrency)
-	err := c.receiveLoop(rctx, slots, func(d *driver.Delivery) {
+	p := &pipeline{slots: make(chan struct{}, c.opts.Concurrency), stopping: ctx.Done(), h: h}
+	if c.opts.Dedup != nil {
+		p.settles = make(chan struct{}, settlesPerSlot*c.opts.Concurrency)
+	}
+	err := c.receiveLoop(rctx, p.slots, func(d *driver.Delivery) {
 		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			defer func() { <-slots }()
-			c.handle(hctx, ctx.Done(), h, d)
-		}()
+		go c.handle(hctx, p, d, &wg)
 	})
+	// Every delivery's goroutine, settle included, is counted in wg: the
+	// driver is closed (finish) only after the last settle returned.
 	wg.Wait()
 	close(drained)
 	c.finish(run)
@@ -349,47 +368,80 @@ func (c *Consumer) receiveLoop(ctx context.Context, slots chan struct{}, start f
 	}
 }
 
-// handle runs h on one delivery, keeping its lease alive, then settles it.
-// While h fails with ErrUnavailable, it runs h again after a backoff
-// (receiveBackoff's), holding the delivery, until stopping (Run's context)
-// is done; only then is such a delivery nacked.
-func (c *Consumer) handle(ctx context.Context, stopping <-chan struct{}, h Handler, d *driver.Delivery) {
+// settlesPerSlot bounds the settles a Run with Dedup lets proceed off the
+// handler slots: at most settlesPerSlot × Concurrency at once, beyond which
+// a handler that returned keeps its slot until a settle finishes, so that
+// the goroutines and deliveries held by a slow broker stay bounded.
+const settlesPerSlot = 4
+
+// pipeline is what every delivery of one Run shares.
+type pipeline struct {
+	slots    chan struct{}   // a token per running handler (Concurrency)
+	settles  chan struct{}   // a token per settle in flight off its slot; nil without Dedup
+	stopping <-chan struct{} // Run's context: ends the holding of unavailable deliveries
+	h        Handler
+}
+
+// handle runs p.h on one delivery, keeping its lease alive, then settles it,
+// and gives back its handler slot: as soon as the handler has returned when
+// the Run has a dedup store (p.settles), only once the settle is confirmed
+// otherwise (see ConsumerOptions.Dedup). While the handler fails with
+// ErrUnavailable, it runs it again after a backoff (receiveBackoff's),
+// holding the delivery, until p.stopping (Run's context) is done; only then
+// is such a delivery nacked.
+func (c *Consumer) handle(ctx context.Context, p *pipeline, d *driver.Delivery, wg *sync.WaitGroup) {
+	defer wg.Done()
 	c.stats.received.Add(1)
 	ctx, span := c.tel.startDelivery(ctx, d)
 	defer span.End()
-	stopExtending := c.keepLeased(ctx, d)
-	err := safeCall(ctx, h, fromDriverDelivery(d))
+	lease := c.keepLeased(ctx, d)
+	err := safeCall(ctx, p.h, fromDriverDelivery(d))
 	for n := 1; errors.Is(err, ErrUnavailable) && !IsPermanent(err); n++ {
 		wait := receiveBackoff(n)
 		c.log.Debug("dedupq: handler dependency unavailable; holding the delivery and trying again", "id", d.Message.ID, "err", err, "wait", wait)
-		if !clock.Sleep(c.clock, wait, stopping) {
+		if !clock.Sleep(c.clock, wait, p.stopping) {
 			break
 		}
-		err = safeCall(ctx, h, fromDriverDelivery(d))
+		err = safeCall(ctx, p.h, fromDriverDelivery(d))
 	}
-	stopExtending()
+	if lease != nil {
+		lease.Stop()
+	}
+	if err != nil {
+		span.SetStatus(codes.Error, err.Error())
+	}
+	if p.settles == nil {
+		c.settleDelivery(ctx, d, err)
+		<-p.slots
+		return
+	}
+	p.settles <- struct{}{}
+	<-p.slots
+	c.settleDelivery(ctx, d, err)
+	<-p.settles
+}
 
+// settleDelivery acks, nacks or terminates d by its handler's result err,
+// retrying within SettleTimeout, and counts and logs the outcome.
+func (c *Consumer) settleDelivery(ctx context.Context, d *driver.Delivery, err error) {
 	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.opts.SettleTimeout)
 	defer cancel()
 	var what string
-	var serr error
+	var delay time.Duration
 	switch {
 	case err == nil:
-		what, serr = "ack", c.settle(sctx, func(ctx context.Context) error { return c.sub.Ack(ctx, d) })
+		what = "ack"
 	case IsPermanent(err):
-		what, serr = "terminate", c.settle(sctx, func(ctx context.Context) error { return c.sub.Terminate(ctx, d, err) })
+		what = "terminate"
 	default:
-		delay := c.redelivery.BackoffBefore(d.Attempt + 1)
+		what, delay = "nack", c.redelivery.BackoffBefore(d.Attempt+1)
 		var ra *RetryAfterError
 		if errors.As(err, &ra) {
 			delay = ra.Delay
 		}
-		what, serr = "nack", c.settle(sctx, func(ctx context.Context) error { return c.sub.Nack(ctx, d, delay) })
 	}
+	serr := c.settle(sctx, what, d, err, delay)
 	c.count(ctx, what, serr)
-	if err != nil {
-		span.SetStatus(codes.Error, err.Error())
-	}
 	if serr != nil {
 		// The broker redelivers after the lease; consumer-side dedup makes
 		// that harmless for an ack that was lost.
@@ -423,9 +475,18 @@ const settleBackoffMax = time.Second
 // ctx (SettleTimeout) ends: an ack that fails while the broker restarts
 // reaches it once it is back, if that is within SettleTimeout, instead of
 // leaving the message to be redelivered.
-func (c *Consumer) settle(ctx context.Context, op func(context.Context) error) error {
+// what is "ack", "terminate" (with cause) or "nack" (with delay).
+func (c *Consumer) settle(ctx context.Context, what string, d *driver.Delivery, cause error, delay time.Duration) error {
 	for i := 0; ; i++ {
-		err := op(ctx)
+		var err error
+		switch what {
+		case "ack":
+			err = c.sub.Ack(ctx, d)
+		case "terminate":
+			err = c.sub.Terminate(ctx, d, cause)
+		default:
+			err = c.sub.Nack(ctx, d, delay)
+		}
 		if err == nil || !c.sub.IsRetryable(err) {
 			return err
 		}
@@ -435,28 +496,24 @@ func (c *Consumer) settle(ctx context.Context, op func(context.Context) error) e
 	}
 }
 
-// keepLeased extends d's lease at half its length until the returned func is
-// called.
-func (c *Consumer) keepLeased(ctx context.Context, d *driver.Delivery) (stop func()) {
+// keepLeased extends d's lease at half its length, on a clock timer (no
+// goroutine waits per delivery), until the returned Repeater is stopped. It
+// returns nil when d has no lease.
+func (c *Consumer) keepLeased(ctx context.Context, d *driver.Delivery) *clock.Repeater {
 	if d.Lease <= 0 {
-		return func() {}
+		return nil
 	}
-	done := make(chan struct{})
-	finished := make(chan struct{})
-	go func() {
-		defer close(finished)
-		for clock.Sleep(c.clock, d.Lease/2, done) {
-			err := c.sub.Extend(ctx, d, d.Lease)
-			if errors.Is(err, errors.ErrUnsupported) {
-				return
-			}
-			c.countExtension(ctx, err)
-			if err != nil {
-				c.log.Warn("dedupq: extending a delivery's lease failed", "id", d.Message.ID, "err", err)
-			}
+	return clock.Repeat(c.clock, d.Lease/2, func() bool {
+		err := c.sub.Extend(ctx, d, d.Lease)
+		if errors.Is(err, errors.ErrUnsupported) {
+			return false
 		}
-	}()
-	return func() { close(done); <-finished }
+		c.countExtension(ctx, err)
+		if err != nil {
+			c.log.Warn("dedupq: extending a delivery's lease failed", "id", d.Message.ID, "err", err)
+		}
+		return true
+	})
 }
 
 // countExtension records one lease extension in Stats and on the meter.
@@ -488,8 +545,9 @@ func safeCall(ctx context.Context, h Handler, d *Delivery) (err error) {
 // done or ShutdownTimeout has passed since the stop, whichever comes first;
 // then the handlers still running are cancelled with ErrShutdownTimeout, as
 // Run's own shutdown does, and their deliveries are nacked as they return.
-// Close waits for them to return and settle, at most SettleTimeout more,
-// so that their nacks reach the broker before the driver closes; a handler
+// Close waits for them to return and settle, and for the settles of
+// handlers that had already returned, at most SettleTimeout more, so that
+// their acks and nacks reach the broker before the driver closes; a handler
 // that ignores its context past that makes Close return an error wrapping
 // ctx's, and the driver is closed once the last handler has settled. Acks
 // made before Close are never undone. A done ctx skips the graceful part:

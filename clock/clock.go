@@ -14,6 +14,10 @@ type Clock interface {
 	Now() time.Time
 	// NewTimer returns a timer that fires once, d from now.
 	NewTimer(d time.Duration) Timer
+	// AfterFunc calls f in its own goroutine d from now, unless the
+	// returned timer is stopped first. Its timer's C is nil. It lets a
+	// periodic job (a lease extension) wait without a parked goroutine.
+	AfterFunc(d time.Duration, f func()) Timer
 }
 
 // Timer is the part of *time.Timer that dedupq uses.
@@ -31,6 +35,9 @@ type realClock struct{}
 
 func (realClock) Now() time.Time                 { return time.Now() }
 func (realClock) NewTimer(d time.Duration) Timer { return realTimer{time.NewTimer(d)} }
+func (realClock) AfterFunc(d time.Duration, f func()) Timer {
+	return realTimer{time.AfterFunc(d, f)}
+}
 
 type realTimer struct{ t *time.Timer }
 
@@ -97,6 +104,20 @@ func (f *Fake) NewTimer(d time.Duration) Timer {
 	return t
 }
 
+// AfterFunc returns a timer that calls fn in its own goroutine when the
+// fake time reaches now+d.
+func (f *Fake) AfterFunc(d time.Duration, fn func()) Timer {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	t := &fakeTimer{f: f, at: f.now.Add(d), fn: fn}
+	if d <= 0 {
+		go fn()
+		return t
+	}
+	f.timers = append(f.timers, t)
+	return t
+}
+
 // Advance moves the fake time forward by d and fires every timer that is
 // due, in order.
 func (f *Fake) Advance(d time.Duration) {
@@ -110,15 +131,19 @@ func (f *Fake) Advance(d time.Duration) {
 			kept = append(kept, t)
 			continue
 		}
+		if t.fn != nil {
+			go t.fn()
+			continue
+		}
 		t.c <- f.now
 	}
 	clear(f.timers[len(kept):])
 	f.timers = kept
 }
 
-// Waiters is the number of timers that have not fired or been stopped. A
-// test polls it to know that a goroutine is waiting before it advances the
-// clock.
+// Waiters is the number of timers, AfterFunc's included, that have not
+// fired or been stopped. A test polls it to know that a goroutine (or a
+// Repeater) is waiting before it advances the clock.
 func (f *Fake) Waiters() int {
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -128,7 +153,8 @@ func (f *Fake) Waiters() int {
 type fakeTimer struct {
 	f  *Fake
 	at time.Time
-	c  chan time.Time
+	c  chan time.Time // nil for AfterFunc's
+	fn func()         // AfterFunc's; nil for NewTimer's
 }
 
 func (t *fakeTimer) C() <-chan time.Time { return t.c }
@@ -143,4 +169,58 @@ func (t *fakeTimer) Stop() bool {
 		}
 	}
 	return false
+}
+
+// Repeater calls a func periodically on a Clock's AfterFunc, so that a job
+// repeated for as long as a delivery is handled (a lease extension) costs a
+// pending timer, not a parked goroutine. See Repeat.
+type Repeater struct {
+	c       Clock
+	every   time.Duration
+	f       func() bool
+	fire    func()     // r.run, bound once so that re-arming does not allocate it again
+	mu      sync.Mutex // held while f runs, so that Stop waits for a call in progress
+	t       Timer
+	stopped bool
+}
+
+// Repeat calls f every d (each time d after the previous call returned)
+// until f returns false or Stop is called.
+func Repeat(c Clock, d time.Duration, f func() bool) *Repeater {
+	r := new(Repeater)
+	r.Start(c, d, f)
+	return r
+}
+
+// Start is Repeat on a zero Repeater, for one embedded in a struct of its
+// caller's (one allocation less per repetition set up). It must be called
+// once, before Stop.
+func (r *Repeater) Start(c Clock, d time.Duration, f func() bool) {
+	r.c, r.every, r.f = c, d, f
+	r.fire = r.run
+	r.mu.Lock()
+	r.t = c.AfterFunc(d, r.fire)
+	r.mu.Unlock()
+}
+
+func (r *Repeater) run() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.stopped {
+		return
+	}
+	if !r.f() {
+		r.stopped = true
+		return
+	}
+	r.t = r.c.AfterFunc(r.every, r.fire)
+}
+
+// Stop ends the repetition. It waits for a call of f in progress, so that
+// none runs once Stop has returned; f must therefore not call Stop.
+func (r *Repeater) Stop() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.stopped = true
+	r.t.Stop()
 }

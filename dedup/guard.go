@@ -187,7 +187,9 @@ func (g *Guard) Check(ctx context.Context) error {
 // the body.
 func BodyFingerprint(m *dedupq.Message) string {
 	sum := sha256.Sum256(m.Body)
-	return hex.EncodeToString(sum[:])
+	var buf [2 * sha256.Size]byte
+	hex.Encode(buf[:], sum[:])
+	return string(buf[:]) // one allocation, where hex.EncodeToString makes two
 }
 
 func (g *Guard) lease(d *dedupq.Delivery) time.Duration {
@@ -318,7 +320,7 @@ func (g *Guard) storeUp(outage uint64) {
 func (g *Guard) run(ctx context.Context, h dedupq.Handler, d *dedupq.Delivery, key, token string, lease time.Duration) (err error) {
 	hctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
-	lost := g.keepClaimed(hctx, cancel, key, token, lease)
+	claim := g.keepClaimed(hctx, cancel, key, token, lease)
 	sctx, cancelSettle := context.WithTimeout(context.WithoutCancel(ctx), g.opts.SettleTimeout)
 	defer cancelSettle()
 
@@ -326,7 +328,7 @@ func (g *Guard) run(ctx context.Context, h dedupq.Handler, d *dedupq.Delivery, k
 	defer func() {
 		// Runs on error and on panic alike: the key must not stay held
 		// by a handler that did not finish.
-		if completed || lost() {
+		if completed || claim.stopAndLost() {
 			return
 		}
 		if rerr := g.store.Release(sctx, key, token); rerr != nil && !errors.Is(rerr, ErrLeaseLost) {
@@ -339,7 +341,7 @@ func (g *Guard) run(ctx context.Context, h dedupq.Handler, d *dedupq.Delivery, k
 		return err
 	}
 	completed = true
-	if lost() {
+	if claim.stopAndLost() {
 		// Another consumer took the key over while h ran: its run may
 		// repeat the effect. Nothing here can undo that; say so.
 		g.count(ctx, &g.stats.unrecorded, outcomeUnrecorded)
@@ -367,34 +369,42 @@ func (g *Guard) run(ctx context.Context, h dedupq.Handler, d *dedupq.Delivery, k
 	return nil
 }
 
-// keepClaimed extends the claim every third of its lease until ctx is done.
-// If the claim is lost it cancels the handler's context with ErrLeaseLost.
-// The returned func stops extending and reports whether the claim was lost.
-func (g *Guard) keepClaimed(ctx context.Context, cancel context.CancelCauseFunc, key, token string, lease time.Duration) (stopAndLost func() bool) {
-	done := make(chan struct{})
-	finished := make(chan struct{})
-	var lost atomic.Bool
-	go func() {
-		defer close(finished)
-		for clock.Sleep(g.clock, lease/3, done) {
-			err := g.store.Extend(ctx, key, token, lease)
-			if errors.Is(err, ErrLeaseLost) {
-				lost.Store(true)
-				cancel(ErrLeaseLost)
-				return
-			}
-			if err != nil && ctx.Err() == nil {
-				g.log.Warn("dedup: extending a claim failed; retrying", "key", key, "err", err)
-			}
-		}
-	}()
-	var stopped bool
-	return func() bool {
-		if !stopped {
-			stopped = true
-			close(done)
-			<-finished
-		}
-		return lost.Load()
+// claimKeeper extends a claim every third of its lease while its handler
+// runs, on a clock timer: no goroutine waits per delivery. If the claim is
+// lost it cancels the handler's context with ErrLeaseLost.
+type claimKeeper struct {
+	clock.Repeater
+	g          *Guard
+	ctx        context.Context
+	cancel     context.CancelCauseFunc
+	key, token string
+	lease      time.Duration
+	lost       atomic.Bool
+}
+
+// keepClaimed starts extending the claim until stopAndLost is called.
+func (g *Guard) keepClaimed(ctx context.Context, cancel context.CancelCauseFunc, key, token string, lease time.Duration) *claimKeeper {
+	k := &claimKeeper{g: g, ctx: ctx, cancel: cancel, key: key, token: token, lease: lease}
+	k.Start(g.clock, lease/3, k.extend)
+	return k
+}
+
+func (k *claimKeeper) extend() bool {
+	err := k.g.store.Extend(k.ctx, k.key, k.token, k.lease)
+	if errors.Is(err, ErrLeaseLost) {
+		k.lost.Store(true)
+		k.cancel(ErrLeaseLost)
+		return false
 	}
+	if err != nil && k.ctx.Err() == nil {
+		k.g.log.Warn("dedup: extending a claim failed; retrying", "key", k.key, "err", err)
+	}
+	return true
+}
+
+// stopAndLost stops extending (waiting for an extension in progress) and
+// reports whether the claim was lost.
+func (k *claimKeeper) stopAndLost() bool {
+	k.Stop()
+	return k.lost.Load()
 }

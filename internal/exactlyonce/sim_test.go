@@ -428,11 +428,11 @@ func (ps *procStore) Release(ctx context.Context, key, token string) error {
 
 // guardClock is the Guard's clock. Its short waits (the retries of a
 // failed Complete, 50–200ms) let simulated time pass on the event loop, or
-// none for a dead process. Its long waits (keepClaimed's lease/3, at least
+// none for a dead process. Its AfterFuncs (keepClaimed's lease/3, at least
 // 1s because AckWait ≥ 3s here) never fire: the claim extension runs as a
-// keepAlive event instead, so the Guard's goroutine never touches the
-// simulation. This leans on guard.go's timers; if the Guard ever waits
-// differently, the runaway or the assertions of the property test fail.
+// keepAlive event instead, so no Guard timer touches the simulation. This
+// leans on guard.go's timers; if the Guard ever waits differently, the
+// runaway or the assertions of the property test fail.
 type guardClock struct {
 	s *sim
 	p *proc
@@ -451,6 +451,10 @@ func (c guardClock) NewTimer(d time.Duration) clock.Timer {
 	ch <- c.s.clk.Now()
 	return firedTimer(ch)
 }
+
+// AfterFunc never calls f: the only AfterFunc the Guard makes is its claim
+// extension, which keepAlive stands in for.
+func (c guardClock) AfterFunc(time.Duration, func()) clock.Timer { return idleTimer{} }
 
 type idleTimer struct{}
 
