@@ -48,6 +48,10 @@ type ConsumerOptions struct {
 	// the deliveries whose effect happened but whose ack the broker has not
 	// confirmed, and a broker slow to take acks slows the handlers down.
 	// Either way Run and Close return only once every settle has finished.
+	// For the same reason, with a dedup store an ack is sent unconfirmed
+	// where the driver can (driver.UnconfirmedAcker: JetStream's plain Ack
+	// instead of its DoubleAck); a lost one shows as a suppressed duplicate,
+	// not as a failed settle.
 	Dedup Deduplicator
 	// PublisherSpan declares the publishers' worst-case retry span
 	// (Publisher.RetryPolicy().Span(); zero for publishers that never
@@ -229,6 +233,7 @@ func (c *Consumer) Run(ctx context.Context, h Handler) error {
 	p := &pipeline{slots: make(chan struct{}, c.opts.Concurrency), stopping: ctx.Done(), h: h}
 	if c.opts.Dedup != nil {
 		p.settles = make(chan struct{}, settlesPerSlot*c.opts.Concurrency)
+		p.fastAck, _ = c.sub.(driver.UnconfirmedAcker)
 	}
 	err := c.receiveLoop(rctx, p.slots, func(d *driver.Delivery) {
 		wg.Add(1)
@@ -376,8 +381,11 @@ const settlesPerSlot = 4
 
 // pipeline is what every delivery of one Run shares.
 type pipeline struct {
-	slots    chan struct{}   // a token per running handler (Concurrency)
-	settles  chan struct{}   // a token per settle in flight off its slot; nil without Dedup
+	slots   chan struct{} // a token per running handler (Concurrency)
+	settles chan struct{} // a token per settle in flight off its slot; nil without Dedup
+	// fastAck sends the acks of a Run with Dedup without waiting for the
+	// broker's confirmation, where the driver can; nil otherwise.
+	fastAck  driver.UnconfirmedAcker
 	stopping <-chan struct{} // Run's context: ends the holding of unavailable deliveries
 	h        Handler
 }
@@ -413,6 +421,11 @@ func (c *Consumer) handle(ctx context.Context, p *pipeline, d *driver.Delivery, 
 	if p.settles == nil {
 		c.settleDelivery(ctx, d, err)
 		<-p.slots
+		return
+	}
+	if err == nil && p.fastAck != nil && p.fastAck.AckUnconfirmed(d) == nil {
+		<-p.slots
+		c.count(ctx, "ack", nil)
 		return
 	}
 	p.settles <- struct{}{}

@@ -195,3 +195,66 @@ func TestShutdownWaitsForPendingSettles(t *testing.T) {
 		})
 	}
 }
+
+// fastAckSub is a chanSub that can also ack unconfirmed: such acks are
+// recorded as "fast ack", and the first failFast of them fail unsent.
+type fastAckSub struct {
+	*chanSub
+	failFast int
+}
+
+func (s *fastAckSub) AckUnconfirmed(d *driver.Delivery) error {
+	s.mu.Lock()
+	if s.failFast > 0 {
+		s.failFast--
+		s.mu.Unlock()
+		return errUnavailable
+	}
+	s.mu.Unlock()
+	s.record(d, "fast ack")
+	return nil
+}
+
+// An unconfirmed ack is used only where a dedup store covers its loss, only
+// for an ack, and an unconfirmed ack that could not be sent falls back to
+// the confirmed one.
+func TestUnconfirmedAckOnlyWithDedup(t *testing.T) {
+	for _, tt := range []struct {
+		name     string
+		dedup    Deduplicator
+		failFast int
+		want     map[string]string
+	}{
+		{"without dedup every ack is confirmed", nil, 0, map[string]string{"ok": "ack", "fails": "nack 7s"}},
+		{"with dedup an ack is unconfirmed", ttlOnly(4 * time.Minute), 0, map[string]string{"ok": "fast ack", "fails": "nack 7s"}},
+		{"an unconfirmed ack not sent is sent confirmed", ttlOnly(4 * time.Minute), 1, map[string]string{"ok": "ack", "fails": "nack 7s"}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			sub := &fastAckSub{chanSub: newChanSub(), failFast: tt.failFast}
+			c, err := NewConsumer(context.Background(), sub, ConsumerOptions{Dedup: tt.dedup})
+			if err != nil {
+				t.Fatal(err)
+			}
+			stop := runConsumer(t, c, func(_ context.Context, d *Delivery) error {
+				if d.Message.ID == "fails" {
+					return fmt.Errorf("handler failed")
+				}
+				return nil
+			})
+			sub.push("ok", 0)
+			sub.push("fails", 0)
+			testutil.WaitFor(t, func() bool { return sub.get("ok") != "" && sub.get("fails") != "" })
+			if err := stop(); err != nil {
+				t.Fatal(err)
+			}
+			for id, want := range tt.want {
+				if got := sub.get(id); got != want {
+					t.Errorf("%s settled %q, want %q", id, got, want)
+				}
+			}
+			if s := c.Stats(); s.Acked != 1 || s.Nacked != 1 || s.SettleFailed != 0 {
+				t.Errorf("stats = %+v, want 1 acked, 1 nacked", s)
+			}
+		})
+	}
+}

@@ -164,6 +164,20 @@ type Subscription interface {
 	Close() error
 }
 
+// UnconfirmedAcker is implemented by a Subscription whose broker takes an
+// ack without confirming it, at a fraction of a confirmed ack's cost
+// (JetStream's plain Ack against its DoubleAck). The portable layer uses
+// it only where a consumer-side dedup store covers an ack that is lost:
+// the redelivery is then suppressed as a duplicate. Without a dedup store
+// every ack goes through Subscription.Ack.
+type UnconfirmedAcker interface {
+	// AckUnconfirmed sends an ack for d and returns once it is handed to
+	// the connection, without waiting for the broker. An error means it
+	// was not sent; the caller then falls back to Ack. A Subscription's
+	// Close sends every ack handed over before it.
+	AckUnconfirmed(d *Delivery) error
+}
+
 // Provisioner is implemented by a Topic or Subscription whose
 // configuration asks it to create broker state that may be missing: a
 // stream, a durable consumer, an in-process queue. It exists so that a

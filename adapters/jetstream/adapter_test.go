@@ -342,6 +342,7 @@ func TestSettle(t *testing.T) {
 		after  check
 	}{
 		{"ack", func(ctx context.Context, s *Subscription, d *driver.Delivery) error { return s.Ack(ctx, d) }, settled},
+		{"ack unconfirmed", func(_ context.Context, s *Subscription, d *driver.Delivery) error { return s.AckUnconfirmed(d) }, settled},
 		{"nack", func(ctx context.Context, s *Subscription, d *driver.Delivery) error { return s.Nack(ctx, d, 0) }, redelivered(0)},
 		{"nack with delay", func(ctx context.Context, s *Subscription, d *driver.Delivery) error {
 			return s.Nack(ctx, d, 300*time.Millisecond)

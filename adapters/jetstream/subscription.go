@@ -47,8 +47,9 @@ type Subscription struct {
 }
 
 var (
-	_ driver.Subscription = (*Subscription)(nil)
-	_ driver.Provisioner  = (*Subscription)(nil)
+	_ driver.Subscription     = (*Subscription)(nil)
+	_ driver.Provisioner      = (*Subscription)(nil)
+	_ driver.UnconfirmedAcker = (*Subscription)(nil)
 )
 
 // OpenSubscription opens the durable pull consumer cfg.Durable on the stream
@@ -377,6 +378,24 @@ func (s *Subscription) Ack(ctx context.Context, d *driver.Delivery) error {
 	return nil
 }
 
+// closeFlushTimeout bounds Close's wait for the server to take the acks
+// sent before it.
+const closeFlushTimeout = 5 * time.Second
+
+// AckUnconfirmed sends a plain Ack, which the server does not answer: the
+// Consumer uses it instead of Ack's DoubleAck where a dedup store covers an
+// ack that is lost (driver.UnconfirmedAcker).
+func (s *Subscription) AckUnconfirmed(d *driver.Delivery) error {
+	m, err := msgOf(d)
+	if err != nil {
+		return err
+	}
+	if err := m.Ack(); err != nil {
+		return fmt.Errorf("jetstream: ack: %w", err)
+	}
+	return nil
+}
+
 // Nack returns d for redelivery: at once when delay is zero, else after
 // delay (plus, on a consumer with BackOff, the server's adjustment
 // described in the package doc).
@@ -487,6 +506,12 @@ func (s *Subscription) Close() error {
 	}
 	s.closed = true
 	s.mu.Unlock()
+	// A flush is a round trip after every ack handed to the connection
+	// (AckUnconfirmed's): once it returns the server has them, so none
+	// is lost to the close and redelivered.
+	if s.nc.IsConnected() {
+		_ = s.nc.FlushTimeout(closeFlushTimeout)
+	}
 	if s.ownConn {
 		s.nc.Close()
 	}
