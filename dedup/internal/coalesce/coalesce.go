@@ -69,16 +69,37 @@ type batch struct {
 	live   atomic.Int32
 	grace  time.Duration
 	cancel context.CancelFunc
+	// timer ends the flush's context Grace after the last caller left; done
+	// stops it, so that a flush that returned leaves no timer behind (one
+	// per flush, for Grace, in a busy store).
+	mu    sync.Mutex
+	timer *time.Timer
+	over  bool
 }
 
 func (b *batch) leave() {
 	if b.live.Add(-1) == 0 {
 		if b.grace > 0 {
-			time.AfterFunc(b.grace, b.cancel)
+			b.mu.Lock()
+			if !b.over {
+				b.timer = time.AfterFunc(b.grace, b.cancel)
+			}
+			b.mu.Unlock()
 			return
 		}
 		b.cancel()
 	}
+}
+
+// done ends the flush's context once the flush has returned.
+func (b *batch) done() {
+	b.mu.Lock()
+	b.over = true
+	if b.timer != nil {
+		b.timer.Stop()
+	}
+	b.mu.Unlock()
+	b.cancel()
 }
 
 // Batcher coalesces requests made concurrently into one pipeline or
@@ -198,7 +219,7 @@ func (b *Batcher[R]) run() {
 			}
 		}
 		b.flush(ctx, reqs)
-		bt.cancel()
+		bt.done()
 		var gone []R
 		for _, r := range reqs {
 			switch r.call().state.Load() {
