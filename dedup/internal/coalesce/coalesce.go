@@ -4,6 +4,7 @@ package coalesce
 
 import (
 	"context"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -249,7 +250,17 @@ func (b *Batcher[R]) kick() {
 
 // run holds a slot and flushes batches until the queue is empty.
 func (b *Batcher[R]) run() {
-	for {
+	for first := true; ; first = false {
+		if !first {
+			// The flush just woke its callers, and each has its next
+			// request to make (a claim's completion, say). Let them run
+			// first: otherwise the next batch holds the few requests
+			// queued this instant, the rest wait a whole round trip for
+			// the slot, and batches come out small and uneven (measured:
+			// a third more claims and completions per second at
+			// concurrency 16 and 64 on 2 cores).
+			runtime.Gosched()
+		}
 		reqs, bt, ctx := b.take()
 		if len(reqs) == 0 {
 			<-b.slots
