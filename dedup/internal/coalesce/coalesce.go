@@ -4,6 +4,7 @@ package coalesce
 
 import (
 	"context"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -69,16 +70,37 @@ type batch struct {
 	live   atomic.Int32
 	grace  time.Duration
 	cancel context.CancelFunc
+	// timer ends the flush's context Grace after the last caller left; done
+	// stops it, so that a flush that returned leaves no timer behind (one
+	// per flush, for Grace, in a busy store).
+	mu    sync.Mutex
+	timer *time.Timer
+	over  bool
 }
 
 func (b *batch) leave() {
 	if b.live.Add(-1) == 0 {
 		if b.grace > 0 {
-			time.AfterFunc(b.grace, b.cancel)
+			b.mu.Lock()
+			if !b.over {
+				b.timer = time.AfterFunc(b.grace, b.cancel)
+			}
+			b.mu.Unlock()
 			return
 		}
 		b.cancel()
 	}
+}
+
+// done ends the flush's context once the flush has returned.
+func (b *batch) done() {
+	b.mu.Lock()
+	b.over = true
+	if b.timer != nil {
+		b.timer.Stop()
+	}
+	b.mu.Unlock()
+	b.cancel()
 }
 
 // Batcher coalesces requests made concurrently into one pipeline or
@@ -88,7 +110,9 @@ func (b *batch) leave() {
 // queues, and the holder of a slot checks the queue again after letting go
 // of it, so a queued request is always picked up.
 //
-// Callers never flush: each waits for its own answer or its own context,
+// Callers never flush other callers' requests (a caller whose context
+// cannot end flushes its own, alone, when it finds the batcher idle: see
+// inline): each waits for its own answer or its own context,
 // whichever comes first, so neither a stream of other callers' requests
 // (the redeliveries of a key in progress, say) nor another caller's deadline
 // decides when or how a caller returns. A flush runs under a context of its
@@ -137,6 +161,9 @@ func (b *Batcher[R]) Do(ctx context.Context, r R) error {
 	c := r.call()
 	c.ctx, c.done, c.batch = ctx, make(chan struct{}), nil
 	c.state.Store(pending)
+	if ctx.Done() == nil && b.inline(ctx, r) {
+		return nil
+	}
 	b.mu.Lock()
 	b.queue = append(b.queue, r)
 	b.mu.Unlock()
@@ -162,6 +189,46 @@ func (b *Batcher[R]) Do(ctx context.Context, r R) error {
 	return ctx.Err() // dropped from the queue (see take)
 }
 
+// inline flushes r on the caller's goroutine when a slot is free and nothing
+// is queued, and reports whether it did. It saves the hand-off to a flusher
+// and back (a goroutine started, a wake-up per answer), which costs as much
+// as the round trip itself when the batcher is idle, as it is at
+// concurrency 1. Do takes this path only for a context that cannot end
+// (ctx.Done() is nil): a caller that can give up must be free to return
+// while its round trip goes on, and a goroutine blocked in a flush cannot.
+// Such a caller never gives up, so nothing of the contract changes: its
+// flush needs no context of its own, nobody is abandoned, and the requests
+// that arrive meanwhile queue and go out in the next flush, as they would
+// behind any busy slot.
+func (b *Batcher[R]) inline(ctx context.Context, r R) bool {
+	b.mu.Lock()
+	if len(b.queue) > 0 {
+		b.mu.Unlock()
+		return false
+	}
+	select {
+	case b.slots <- struct{}{}:
+	default:
+		b.mu.Unlock()
+		return false
+	}
+	c := r.call()
+	c.batch = &batch{cancel: func() {}}
+	c.batch.live.Store(1)
+	b.mu.Unlock()
+	b.flush(ctx, []R{r})
+	if c.state.Load() != answered {
+		panic("coalesce: flush returned without settling a request")
+	}
+	// Requests that found the slot busy only queued: hand them to a
+	// flusher, as run does when it lets go of its slot.
+	<-b.slots
+	if b.Queued() > 0 {
+		b.kick()
+	}
+	return true
+}
+
 // Queued reports how many requests wait for a flush, for tests that need
 // requests to share a batch.
 func (b *Batcher[R]) Queued() int {
@@ -183,8 +250,23 @@ func (b *Batcher[R]) kick() {
 
 // run holds a slot and flushes batches until the queue is empty.
 func (b *Batcher[R]) run() {
+	woke := 0
 	for {
+		if woke > 1 {
+			// The flush just woke several callers, and each has its next
+			// request to make (a claim's completion, say). Let them run
+			// first: otherwise the next batch holds the few requests
+			// queued this instant, the rest wait a whole round trip for
+			// the slot, and batches come out small and uneven (measured:
+			// a third more claims and completions per second at
+			// concurrency 16 and 64 on 2 cores). After a batch of one
+			// there is nobody to wait for, and yielding only moved the
+			// flusher behind its own caller's next request (slower at
+			// concurrency 1).
+			runtime.Gosched()
+		}
 		reqs, bt, ctx := b.take()
+		woke = len(reqs)
 		if len(reqs) == 0 {
 			<-b.slots
 			if b.Queued() == 0 {
@@ -198,7 +280,7 @@ func (b *Batcher[R]) run() {
 			}
 		}
 		b.flush(ctx, reqs)
-		bt.cancel()
+		bt.done()
 		var gone []R
 		for _, r := range reqs {
 			switch r.call().state.Load() {
