@@ -110,9 +110,7 @@ func (b *batch) done() {
 // queues, and the holder of a slot checks the queue again after letting go
 // of it, so a queued request is always picked up.
 //
-// Callers never flush other callers' requests (a caller whose context
-// cannot end flushes its own, alone, when it finds the batcher idle: see
-// inline): each waits for its own answer or its own context,
+// Callers never flush: each waits for its own answer or its own context,
 // whichever comes first, so neither a stream of other callers' requests
 // (the redeliveries of a key in progress, say) nor another caller's deadline
 // decides when or how a caller returns. A flush runs under a context of its
@@ -161,9 +159,6 @@ func (b *Batcher[R]) Do(ctx context.Context, r R) error {
 	c := r.call()
 	c.ctx, c.done, c.batch = ctx, make(chan struct{}), nil
 	c.state.Store(pending)
-	if ctx.Done() == nil && b.inline(ctx, r) {
-		return nil
-	}
 	b.mu.Lock()
 	b.queue = append(b.queue, r)
 	b.mu.Unlock()
@@ -187,46 +182,6 @@ func (b *Batcher[R]) Do(ctx context.Context, r R) error {
 		return nil
 	}
 	return ctx.Err() // dropped from the queue (see take)
-}
-
-// inline flushes r on the caller's goroutine when a slot is free and nothing
-// is queued, and reports whether it did. It saves the hand-off to a flusher
-// and back (a goroutine started, a wake-up per answer), which costs as much
-// as the round trip itself when the batcher is idle, as it is at
-// concurrency 1. Do takes this path only for a context that cannot end
-// (ctx.Done() is nil): a caller that can give up must be free to return
-// while its round trip goes on, and a goroutine blocked in a flush cannot.
-// Such a caller never gives up, so nothing of the contract changes: its
-// flush needs no context of its own, nobody is abandoned, and the requests
-// that arrive meanwhile queue and go out in the next flush, as they would
-// behind any busy slot.
-func (b *Batcher[R]) inline(ctx context.Context, r R) bool {
-	b.mu.Lock()
-	if len(b.queue) > 0 {
-		b.mu.Unlock()
-		return false
-	}
-	select {
-	case b.slots <- struct{}{}:
-	default:
-		b.mu.Unlock()
-		return false
-	}
-	c := r.call()
-	c.batch = &batch{cancel: func() {}}
-	c.batch.live.Store(1)
-	b.mu.Unlock()
-	b.flush(ctx, []R{r})
-	if c.state.Load() != answered {
-		panic("coalesce: flush returned without settling a request")
-	}
-	// Requests that found the slot busy only queued: hand them to a
-	// flusher, as run does when it lets go of its slot.
-	<-b.slots
-	if b.Queued() > 0 {
-		b.kick()
-	}
-	return true
 }
 
 // Queued reports how many requests wait for a flush, for tests that need

@@ -5,7 +5,6 @@ package coalesce
 import (
 	"context"
 	"errors"
-	"maps"
 	"math/rand/v2"
 	"runtime"
 	"sync"
@@ -467,75 +466,5 @@ func TestGraceKeepsTheFlushAfterTheLastCallerLeft(t *testing.T) {
 	case <-s.late:
 	case <-time.After(patience):
 		t.Fatal("abandoned hook not called")
-	}
-}
-
-// A caller whose context cannot end and that finds the batcher idle is
-// flushed on its own goroutine, without a hand-off; requests that arrive
-// meanwhile queue, go out together in the next flush, and do not hold it.
-// A caller whose context can end always leaves the flush to another
-// goroutine, so that it can return when its context ends.
-func TestIdleCallerFlushesInline(t *testing.T) {
-	var mu sync.Mutex
-	inline := map[int]bool{}
-	s := newScript()
-	b := s.batcher(8, 1)
-	b.flush = func(ctx context.Context, reqs []*req) {
-		pc := make([]uintptr, 64)
-		frames := runtime.CallersFrames(pc[:runtime.Callers(2, pc)])
-		onCaller := false
-		for {
-			f, more := frames.Next()
-			if f.Function == "github.com/dedupq/dedupq/dedup/internal/coalesce.(*Batcher[...]).Do" {
-				onCaller = true
-			}
-			if !more {
-				break
-			}
-		}
-		mu.Lock()
-		for _, r := range reqs {
-			inline[r.id] = onCaller
-		}
-		mu.Unlock()
-		f := &flushed{ctx: ctx, reqs: reqs, proceed: make(chan struct{})}
-		s.batches <- f
-		<-f.proceed
-		for _, r := range reqs {
-			r.answer = r.id * 10
-			r.Settle()
-		}
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	r0, r1, r2, r3 := newReq(0), newReq(1), newReq(2), newReq(3)
-	ret0 := async(context.Background(), b, r0)
-	f0 := s.next(t)
-	ret1, ret2 := async(context.Background(), b, r1), async(ctx, b, r2)
-	queued(t, b, 2)
-	close(f0.proceed)
-	if err := wait(t, "caller 0", ret0); err != nil || r0.answer != 0 {
-		t.Fatalf("caller 0: err %v", err)
-	}
-	f1 := s.next(t)
-	if got := ids(f1.reqs); len(got) != 2 {
-		t.Fatalf("batch %v, want the two requests that queued during the inline flush", got)
-	}
-	close(f1.proceed)
-	for _, ch := range []<-chan error{ret1, ret2} {
-		if err := wait(t, "queued caller", ch); err != nil {
-			t.Fatal(err)
-		}
-	}
-	idle(t, b)
-	ret3 := async(ctx, b, r3)
-	close(s.next(t).proceed)
-	if err := wait(t, "caller 3", ret3); err != nil || r3.answer != 30 {
-		t.Fatalf("caller 3: err %v, answer %d", err, r3.answer)
-	}
-	mu.Lock()
-	defer mu.Unlock()
-	if want := map[int]bool{0: true, 1: false, 2: false, 3: false}; !maps.Equal(inline, want) {
-		t.Fatalf("flushed on the caller's goroutine: %v, want %v", inline, want)
 	}
 }
