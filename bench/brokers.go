@@ -147,13 +147,7 @@ func memRows(context.Context, config) ([]row, func(), error) {
 			if err != nil {
 				return 0, err
 			}
-			var g dedupq.Deduplicator
-			if guarded {
-				if g, err = guardOn(memstore.New(nil)); err != nil {
-					return 0, err
-				}
-			}
-			return consumeAll(ctx, sub, g, n)
+			return consumeGuarded(ctx, sub, guarded, n)
 		}}
 	}
 	rows := []row{
@@ -162,6 +156,19 @@ func memRows(context.Context, config) ([]row, func(), error) {
 		{name: "consume+guard", conc: consumeConcurrency, n: 50_000, goal: 0.8, raw: rawConsume, dq: dqConsume("Consumer+Guard(memstore)", true)},
 	}
 	return rows, func() {}, nil
+}
+
+// consumeGuarded is consumeAll behind a Guard on a fresh memstore when
+// guarded, without one otherwise.
+func consumeGuarded(ctx context.Context, sub driver.Subscription, guarded bool, n int64) (time.Duration, error) {
+	var g dedupq.Deduplicator
+	if guarded {
+		var err error
+		if g, err = guardOn(memstore.New(nil)); err != nil {
+			return 0, err
+		}
+	}
+	return consumeAll(ctx, sub, g, n)
 }
 
 // sendAll stores n messages through the driver in batches of its MaxBatch.

@@ -19,7 +19,6 @@ import (
 
 	"github.com/dedupq/dedupq"
 	dpubsub "github.com/dedupq/dedupq/adapters/pubsub"
-	"github.com/dedupq/dedupq/dedup/memstore"
 )
 
 // pstestChildEnv marks this program (or its test binary) re-executed to
@@ -179,13 +178,7 @@ func pubsubRows(ctx context.Context, _ config) ([]row, func(), error) {
 			if err != nil {
 				return 0, err
 			}
-			var g dedupq.Deduplicator
-			if guarded {
-				if g, err = guardOn(memstore.New(nil)); err != nil {
-					return 0, err
-				}
-			}
-			return consumeAll(ctx, sub, g, n)
+			return consumeGuarded(ctx, sub, guarded, n)
 		}}
 	}
 	// pstest hands a streaming pull one message per 10 ms tick (its

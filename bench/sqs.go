@@ -15,7 +15,6 @@ import (
 
 	"github.com/dedupq/dedupq"
 	"github.com/dedupq/dedupq/adapters/sqs"
-	"github.com/dedupq/dedupq/dedup/memstore"
 	"github.com/dedupq/dedupq/localstack/fauxqs"
 )
 
@@ -166,13 +165,7 @@ func sqsRows(ctx context.Context, _ config) ([]row, func(), error) {
 			if err != nil {
 				return 0, err
 			}
-			var g dedupq.Deduplicator
-			if guarded {
-				if g, err = guardOn(memstore.New(nil)); err != nil {
-					return 0, err
-				}
-			}
-			return consumeAll(ctx, sub, g, n)
+			return consumeGuarded(ctx, sub, guarded, n)
 		}}
 	}
 	n := int64(5_000)
