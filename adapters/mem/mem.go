@@ -18,6 +18,7 @@
 package mem
 
 import (
+	"cmp"
 	"context"
 	"encoding/binary"
 	"errors"
@@ -361,14 +362,21 @@ type queue struct {
 	extra []*driver.Delivery // injected duplicate deliveries not yet handed out
 	stats Stats
 	wake  chan struct{} // closed and replaced on every change a receiver may wait for
+	// watched is set when a Receive took wake to wait on, since its last
+	// replacement.
+	watched bool
 }
 
 func (q *queue) now() time.Time { return q.b.clock.Now() }
 
 // changed wakes every blocked Receive; they rescan.
 func (q *queue) changed() {
+	if !q.watched {
+		return // nobody waits on q.wake: an ack need not allocate a new one
+	}
 	close(q.wake)
 	q.wake = make(chan struct{})
+	q.watched = false
 }
 
 // store appends a message and returns its backend ID.
@@ -460,8 +468,13 @@ func (q *queue) age(m *message, now time.Time) {
 // may become deliverable (zero if nothing is pending on time). With dry
 // set it hands out nothing and only counts, in ready, what it would hand
 // out with n unbounded.
+//
+// A take that hands out n deliveries stops scanning there (its next is
+// then partial, and unused): Receive must not cost a walk of the whole
+// queue. It ages each message it looks at, as sweep would, so that what it
+// hands out reflects the passage of time; the messages past the stop are
+// aged by the next take, lookup or sweep that reaches them.
 func (q *queue) take(now time.Time, n int, dry bool) (out []*driver.Delivery, next time.Time, ready int) {
-	q.sweep(now)
 	later := func(t time.Time) {
 		if next.IsZero() || t.Before(next) {
 			next = t
@@ -475,14 +488,29 @@ func (q *queue) take(now time.Time, n int, dry bool) (out []*driver.Delivery, ne
 		q.extra = q.extra[1:]
 		out = append(out, d)
 	}
-	blocked := make(map[string]bool)
-	for _, m := range q.msgs {
+	var blocked map[string]bool // groups with an earlier stored message
+	for i := 0; i < len(q.msgs); i++ {
+		if !dry && len(out) >= n {
+			break
+		}
+		m := q.msgs[i]
 		if m.gone {
+			continue
+		}
+		// age may dead-letter m, and its removal may compact q.msgs;
+		// compaction keeps seq order, so carry on after m's seq.
+		if q.age(m, now); m.gone {
+			if i >= len(q.msgs) || q.msgs[i] != m {
+				i = q.resume(m.seq) - 1
+			}
 			continue
 		}
 		group := m.msg.GroupKey
 		earlier := group != "" && blocked[group]
 		if group != "" {
+			if blocked == nil {
+				blocked = make(map[string]bool)
+			}
 			blocked[group] = true
 		}
 		if len(m.leases) > 0 {
@@ -516,6 +544,13 @@ func (q *queue) take(now time.Time, n int, dry bool) (out []*driver.Delivery, ne
 		}
 	}
 	return out, next, ready
+}
+
+// resume returns the index of the first message in q.msgs with a seq
+// greater than seq (q.msgs is in seq order).
+func (q *queue) resume(seq uint64) int {
+	i, _ := slices.BinarySearchFunc(q.msgs, seq+1, func(m *message, s uint64) int { return cmp.Compare(m.seq, s) })
+	return i
 }
 
 type handle struct {
@@ -658,6 +693,7 @@ func (s *subscription) Receive(ctx context.Context, n int) ([]*driver.Delivery, 
 		now := q.now()
 		ds, next, _ := q.take(now, n, false)
 		wake := q.wake
+		q.watched = q.watched || len(ds) == 0
 		q.mu.Unlock()
 		if len(ds) > 0 {
 			return ds, nil
