@@ -231,16 +231,30 @@ func (c *Consumer) Run(ctx context.Context, h Handler) error {
 	defer stopWatch()
 
 	p := &pipeline{slots: make(chan struct{}, c.opts.Concurrency), stopping: ctx.Done(), h: h}
+	workers := c.opts.Concurrency
 	if c.opts.Dedup != nil {
 		p.settles = make(chan struct{}, settlesPerSlot*c.opts.Concurrency)
 		p.fastAck, _ = c.sub.(driver.UnconfirmedAcker)
+		workers += cap(p.settles)
 	}
-	err := c.receiveLoop(rctx, p.slots, func(d *driver.Delivery) {
-		wg.Add(1)
-		go c.handle(hctx, p, d, &wg)
-	})
-	// Every delivery's goroutine, settle included, is counted in wg: the
-	// driver is closed (finish) only after the last settle returned.
+	// A fixed pool of workers, not a goroutine per delivery: a worker's
+	// stack, once grown by the handler and the driver, stays grown. Every
+	// busy worker holds a handler slot or a settle token, so a delivery
+	// (which holds a slot) always finds an idle worker.
+	work := make(chan *driver.Delivery)
+	wg.Add(workers)
+	for range workers {
+		go func() {
+			defer wg.Done()
+			for d := range work {
+				c.handle(hctx, p, d)
+			}
+		}()
+	}
+	err := c.receiveLoop(rctx, p.slots, func(d *driver.Delivery) { work <- d })
+	close(work)
+	// A worker returns only once its last settle has: the driver is closed
+	// (finish) only after the last settle returned.
 	wg.Wait()
 	close(drained)
 	c.finish(run)
@@ -397,8 +411,7 @@ type pipeline struct {
 // ErrUnavailable, it runs it again after a backoff (receiveBackoff's),
 // holding the delivery, until p.stopping (Run's context) is done; only then
 // is such a delivery nacked.
-func (c *Consumer) handle(ctx context.Context, p *pipeline, d *driver.Delivery, wg *sync.WaitGroup) {
-	defer wg.Done()
+func (c *Consumer) handle(ctx context.Context, p *pipeline, d *driver.Delivery) {
 	c.stats.received.Add(1)
 	ctx, span := c.tel.startDelivery(ctx, d)
 	defer span.End()
