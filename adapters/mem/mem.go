@@ -355,6 +355,7 @@ type queue struct {
 	token uint64
 	msgs  []*message // in seq order; gone ones are compacted away lazily
 	ngone int
+	head  int // q.msgs[:head] are all gone: where take starts its scan
 	bySeq map[uint64]*message
 	seen  map[string]seenID
 	seenQ []seenEntry // seen entries in time order, for expiry
@@ -423,7 +424,7 @@ func (q *queue) remove(m *message) {
 	q.ngone++
 	if q.ngone > 32 && q.ngone > len(q.msgs)/2 {
 		q.msgs = slices.DeleteFunc(q.msgs, func(m *message) bool { return m.gone })
-		q.ngone = 0
+		q.ngone, q.head = 0, 0
 	}
 }
 
@@ -491,8 +492,13 @@ func (q *queue) take(now time.Time, n int, dry bool) (out []*driver.Delivery, ne
 		q.extra = q.extra[1:]
 		out = append(out, d)
 	}
+	// Acked messages pile up gone at the front until the next compaction:
+	// skip them once, not on every take.
+	for q.head < len(q.msgs) && q.msgs[q.head].gone {
+		q.head++
+	}
 	var blocked map[string]bool // groups with an earlier stored message
-	for i := 0; i < len(q.msgs); i++ {
+	for i := q.head; i < len(q.msgs); i++ {
 		if !dry && len(out) >= n {
 			break
 		}
