@@ -332,7 +332,11 @@ type message struct {
 	// leases maps each live delivery's token to its lease end. More than
 	// one only with injected duplicate deliveries.
 	leases map[uint64]time.Time
-	gone   bool
+	// firstEnd is at or before the earliest end in leases (extensions
+	// and settles only move that later), so that a scan skips messages
+	// whose leases cannot have ended without ranging over the map.
+	firstEnd time.Time
+	gone     bool
 }
 
 type seenID struct {
@@ -438,12 +442,16 @@ func (q *queue) deadLetter(m *message, reason string) {
 // expireLeases drops m's leases that ended by now; when the last one ends
 // the message is available again at once.
 func expireLeases(m *message, now time.Time) {
-	if len(m.leases) == 0 {
-		return // ranging over even an empty map costs an iterator set-up
+	if len(m.leases) == 0 || now.Before(m.firstEnd) {
+		return
 	}
+	m.firstEnd = time.Time{}
 	for tok, end := range m.leases {
-		if !end.After(now) {
+		switch {
+		case !end.After(now):
 			delete(m.leases, tok)
+		case m.firstEnd.IsZero() || end.Before(m.firstEnd):
+			m.firstEnd = end
 		}
 	}
 }
@@ -523,9 +531,7 @@ func (q *queue) take(now time.Time, n int, dry bool) (out []*driver.Delivery, ne
 			blocked[group] = true
 		}
 		if len(m.leases) > 0 {
-			for _, end := range m.leases {
-				later(end)
-			}
+			later(m.firstEnd) // may wake a Receive early, never late
 			continue
 		}
 		if m.availableAt.After(now) {
@@ -575,7 +581,11 @@ func (q *queue) deliver(m *message, now time.Time) *driver.Delivery {
 	if m.leases == nil {
 		m.leases = make(map[uint64]time.Time)
 	}
-	m.leases[q.token] = now.Add(q.b.opts.AckWait)
+	end := now.Add(q.b.opts.AckWait)
+	m.leases[q.token] = end
+	if len(m.leases) == 1 || end.Before(m.firstEnd) {
+		m.firstEnd = end
+	}
 	m.availableAt = time.Time{}
 	msg := m.msg
 	msg.Body = slices.Clone(m.msg.Body)
