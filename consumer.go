@@ -450,8 +450,8 @@ func (c *Consumer) handle(ctx context.Context, p *pipeline, d *driver.Delivery) 
 // settleDelivery acks, nacks or terminates d by its handler's result err,
 // retrying within SettleTimeout, and counts and logs the outcome.
 func (c *Consumer) settleDelivery(ctx context.Context, d *driver.Delivery, err error) {
-	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.opts.SettleTimeout)
-	defer cancel()
+	sctx := newSettleCtx(context.WithoutCancel(ctx), c.opts.SettleTimeout)
+	defer sctx.release()
 	var what string
 	var delay time.Duration
 	switch {
