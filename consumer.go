@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
+	"runtime"
 	"sync"
 	"time"
 
@@ -355,14 +356,21 @@ func (c *Consumer) receiveLoop(ctx context.Context, slots chan struct{}, start f
 			return nil
 		}
 		n := 1
-	more:
-		for n < cap(slots) {
+		for yielded := false; n < cap(slots); {
 			select {
 			case slots <- struct{}{}:
 				n++
+				continue
 			default:
-				break more
 			}
+			// A busy consumer frees its slots one by one: let the
+			// workers that are finishing give theirs back once, so
+			// that one fetch serves several of them.
+			if yielded || n >= cap(slots)/4 {
+				break
+			}
+			yielded = true
+			runtime.Gosched()
 		}
 		ds, err := c.sub.Receive(ctx, n)
 		for range n - len(ds) {
