@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
+	"runtime"
 	"sync"
 	"time"
 
@@ -231,16 +232,30 @@ func (c *Consumer) Run(ctx context.Context, h Handler) error {
 	defer stopWatch()
 
 	p := &pipeline{slots: make(chan struct{}, c.opts.Concurrency), stopping: ctx.Done(), h: h}
+	workers := c.opts.Concurrency
 	if c.opts.Dedup != nil {
 		p.settles = make(chan struct{}, settlesPerSlot*c.opts.Concurrency)
 		p.fastAck, _ = c.sub.(driver.UnconfirmedAcker)
+		workers += cap(p.settles)
 	}
-	err := c.receiveLoop(rctx, p.slots, func(d *driver.Delivery) {
-		wg.Add(1)
-		go c.handle(hctx, p, d, &wg)
-	})
-	// Every delivery's goroutine, settle included, is counted in wg: the
-	// driver is closed (finish) only after the last settle returned.
+	// A fixed pool of workers, not a goroutine per delivery: a worker's
+	// stack, once grown by the handler and the driver, stays grown. Every
+	// busy worker holds a handler slot or a settle token, so a delivery
+	// (which holds a slot) always finds an idle worker.
+	work := make(chan *driver.Delivery)
+	wg.Add(workers)
+	for range workers {
+		go func() {
+			defer wg.Done()
+			for d := range work {
+				c.handle(hctx, p, d)
+			}
+		}()
+	}
+	err := c.receiveLoop(rctx, p.slots, func(d *driver.Delivery) { work <- d })
+	close(work)
+	// A worker returns only once its last settle has: the driver is closed
+	// (finish) only after the last settle returned.
 	wg.Wait()
 	close(drained)
 	c.finish(run)
@@ -341,14 +356,21 @@ func (c *Consumer) receiveLoop(ctx context.Context, slots chan struct{}, start f
 			return nil
 		}
 		n := 1
-	more:
-		for n < cap(slots) {
+		for yielded := false; n < cap(slots); {
 			select {
 			case slots <- struct{}{}:
 				n++
+				continue
 			default:
-				break more
 			}
+			// A busy consumer frees its slots one by one: let the
+			// workers that are finishing give theirs back once, so
+			// that one fetch serves several of them.
+			if yielded || n >= cap(slots)/4 {
+				break
+			}
+			yielded = true
+			runtime.Gosched()
 		}
 		ds, err := c.sub.Receive(ctx, n)
 		for range n - len(ds) {
@@ -397,8 +419,7 @@ type pipeline struct {
 // ErrUnavailable, it runs it again after a backoff (receiveBackoff's),
 // holding the delivery, until p.stopping (Run's context) is done; only then
 // is such a delivery nacked.
-func (c *Consumer) handle(ctx context.Context, p *pipeline, d *driver.Delivery, wg *sync.WaitGroup) {
-	defer wg.Done()
+func (c *Consumer) handle(ctx context.Context, p *pipeline, d *driver.Delivery) {
 	c.stats.received.Add(1)
 	ctx, span := c.tel.startDelivery(ctx, d)
 	defer span.End()
@@ -437,8 +458,8 @@ func (c *Consumer) handle(ctx context.Context, p *pipeline, d *driver.Delivery, 
 // settleDelivery acks, nacks or terminates d by its handler's result err,
 // retrying within SettleTimeout, and counts and logs the outcome.
 func (c *Consumer) settleDelivery(ctx context.Context, d *driver.Delivery, err error) {
-	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.opts.SettleTimeout)
-	defer cancel()
+	sctx := newSettleCtx(context.WithoutCancel(ctx), c.opts.SettleTimeout)
+	defer sctx.release()
 	var what string
 	var delay time.Duration
 	switch {

@@ -18,6 +18,7 @@
 package mem
 
 import (
+	"cmp"
 	"context"
 	"encoding/binary"
 	"errors"
@@ -331,7 +332,11 @@ type message struct {
 	// leases maps each live delivery's token to its lease end. More than
 	// one only with injected duplicate deliveries.
 	leases map[uint64]time.Time
-	gone   bool
+	// firstEnd is at or before the earliest end in leases (extensions
+	// and settles only move that later), so that a scan skips messages
+	// whose leases cannot have ended without ranging over the map.
+	firstEnd time.Time
+	gone     bool
 }
 
 type seenID struct {
@@ -354,6 +359,7 @@ type queue struct {
 	token uint64
 	msgs  []*message // in seq order; gone ones are compacted away lazily
 	ngone int
+	head  int // q.msgs[:head] are all gone: where take starts its scan
 	bySeq map[uint64]*message
 	seen  map[string]seenID
 	seenQ []seenEntry // seen entries in time order, for expiry
@@ -361,14 +367,21 @@ type queue struct {
 	extra []*driver.Delivery // injected duplicate deliveries not yet handed out
 	stats Stats
 	wake  chan struct{} // closed and replaced on every change a receiver may wait for
+	// watched is set when a Receive took wake to wait on, since its last
+	// replacement.
+	watched bool
 }
 
 func (q *queue) now() time.Time { return q.b.clock.Now() }
 
 // changed wakes every blocked Receive; they rescan.
 func (q *queue) changed() {
+	if !q.watched {
+		return // nobody waits on q.wake: an ack need not allocate a new one
+	}
 	close(q.wake)
 	q.wake = make(chan struct{})
+	q.watched = false
 }
 
 // store appends a message and returns its backend ID.
@@ -415,7 +428,7 @@ func (q *queue) remove(m *message) {
 	q.ngone++
 	if q.ngone > 32 && q.ngone > len(q.msgs)/2 {
 		q.msgs = slices.DeleteFunc(q.msgs, func(m *message) bool { return m.gone })
-		q.ngone = 0
+		q.ngone, q.head = 0, 0
 	}
 }
 
@@ -429,9 +442,16 @@ func (q *queue) deadLetter(m *message, reason string) {
 // expireLeases drops m's leases that ended by now; when the last one ends
 // the message is available again at once.
 func expireLeases(m *message, now time.Time) {
+	if len(m.leases) == 0 || now.Before(m.firstEnd) {
+		return
+	}
+	m.firstEnd = time.Time{}
 	for tok, end := range m.leases {
-		if !end.After(now) {
+		switch {
+		case !end.After(now):
 			delete(m.leases, tok)
+		case m.firstEnd.IsZero() || end.Before(m.firstEnd):
+			m.firstEnd = end
 		}
 	}
 }
@@ -460,8 +480,13 @@ func (q *queue) age(m *message, now time.Time) {
 // may become deliverable (zero if nothing is pending on time). With dry
 // set it hands out nothing and only counts, in ready, what it would hand
 // out with n unbounded.
+//
+// A take that hands out n deliveries stops scanning there (its next is
+// then partial, and unused): Receive must not cost a walk of the whole
+// queue. It ages each message it looks at, as sweep would, so that what it
+// hands out reflects the passage of time; the messages past the stop are
+// aged by the next take, lookup or sweep that reaches them.
 func (q *queue) take(now time.Time, n int, dry bool) (out []*driver.Delivery, next time.Time, ready int) {
-	q.sweep(now)
 	later := func(t time.Time) {
 		if next.IsZero() || t.Before(next) {
 			next = t
@@ -475,20 +500,38 @@ func (q *queue) take(now time.Time, n int, dry bool) (out []*driver.Delivery, ne
 		q.extra = q.extra[1:]
 		out = append(out, d)
 	}
-	blocked := make(map[string]bool)
-	for _, m := range q.msgs {
+	// Acked messages pile up gone at the front until the next compaction:
+	// skip them once, not on every take.
+	for q.head < len(q.msgs) && q.msgs[q.head].gone {
+		q.head++
+	}
+	var blocked map[string]bool // groups with an earlier stored message
+	for i := q.head; i < len(q.msgs); i++ {
+		if !dry && len(out) >= n {
+			break
+		}
+		m := q.msgs[i]
 		if m.gone {
+			continue
+		}
+		// age may dead-letter m, and its removal may compact q.msgs;
+		// compaction keeps seq order, so carry on after m's seq.
+		if q.age(m, now); m.gone {
+			if i >= len(q.msgs) || q.msgs[i] != m {
+				i = q.resume(m.seq) - 1
+			}
 			continue
 		}
 		group := m.msg.GroupKey
 		earlier := group != "" && blocked[group]
 		if group != "" {
+			if blocked == nil {
+				blocked = make(map[string]bool)
+			}
 			blocked[group] = true
 		}
 		if len(m.leases) > 0 {
-			for _, end := range m.leases {
-				later(end)
-			}
+			later(m.firstEnd) // may wake a Receive early, never late
 			continue
 		}
 		if m.availableAt.After(now) {
@@ -518,6 +561,13 @@ func (q *queue) take(now time.Time, n int, dry bool) (out []*driver.Delivery, ne
 	return out, next, ready
 }
 
+// resume returns the index of the first message in q.msgs with a seq
+// greater than seq (q.msgs is in seq order).
+func (q *queue) resume(seq uint64) int {
+	i, _ := slices.BinarySearchFunc(q.msgs, seq+1, func(m *message, s uint64) int { return cmp.Compare(m.seq, s) })
+	return i
+}
+
 type handle struct {
 	q     *queue
 	seq   uint64
@@ -531,7 +581,11 @@ func (q *queue) deliver(m *message, now time.Time) *driver.Delivery {
 	if m.leases == nil {
 		m.leases = make(map[uint64]time.Time)
 	}
-	m.leases[q.token] = now.Add(q.b.opts.AckWait)
+	end := now.Add(q.b.opts.AckWait)
+	m.leases[q.token] = end
+	if len(m.leases) == 1 || end.Before(m.firstEnd) {
+		m.firstEnd = end
+	}
 	m.availableAt = time.Time{}
 	msg := m.msg
 	msg.Body = slices.Clone(m.msg.Body)
@@ -658,6 +712,7 @@ func (s *subscription) Receive(ctx context.Context, n int) ([]*driver.Delivery, 
 		now := q.now()
 		ds, next, _ := q.take(now, n, false)
 		wake := q.wake
+		q.watched = q.watched || len(ds) == 0
 		q.mu.Unlock()
 		if len(ds) > 0 {
 			return ds, nil

@@ -1,0 +1,75 @@
+package dedupq
+
+import (
+	"context"
+	"sync"
+	"time"
+)
+
+// settleCtx is the context of one settle: its parent's values, no
+// cancellation from it, and a deadline. Unlike context.WithTimeout it arms
+// no timer until something asks for Done: most drivers ack an in-memory
+// or already-received delivery without ever waiting on the context, and
+// the timer and its closures were most of a settle's allocations.
+type settleCtx struct {
+	context.Context // the parent, through context.WithoutCancel
+	deadline        time.Time
+
+	mu    sync.Mutex
+	done  chan struct{}
+	timer *time.Timer
+	err   error
+}
+
+func newSettleCtx(parent context.Context, timeout time.Duration) *settleCtx {
+	return &settleCtx{Context: parent, deadline: time.Now().Add(timeout)}
+}
+
+func (c *settleCtx) Deadline() (time.Time, bool) { return c.deadline, true }
+
+func (c *settleCtx) Done() <-chan struct{} {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.done == nil {
+		c.done = make(chan struct{})
+		if c.err != nil || !time.Now().Before(c.deadline) {
+			c.err = context.DeadlineExceeded
+			close(c.done)
+			return c.done
+		}
+		c.timer = time.AfterFunc(time.Until(c.deadline), func() {
+			c.mu.Lock()
+			defer c.mu.Unlock()
+			c.expireLocked()
+		})
+	}
+	return c.done
+}
+
+func (c *settleCtx) Err() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.err == nil && !time.Now().Before(c.deadline) {
+		c.expireLocked()
+	}
+	return c.err
+}
+
+func (c *settleCtx) expireLocked() {
+	if c.err != nil {
+		return
+	}
+	c.err = context.DeadlineExceeded
+	if c.done != nil {
+		close(c.done)
+	}
+}
+
+// release stops c's timer, if one was armed; c must not be used after.
+func (c *settleCtx) release() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.timer != nil {
+		c.timer.Stop()
+	}
+}

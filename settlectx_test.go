@@ -1,0 +1,73 @@
+package dedupq
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+)
+
+type settleCtxKey struct{}
+
+func TestSettleCtx(t *testing.T) {
+	parent, cancel := context.WithCancel(context.WithValue(context.Background(), settleCtxKey{}, "v"))
+	cancel() // a settle outlives its handler's context
+	tests := []struct {
+		name    string
+		timeout time.Duration
+		doneFst bool // ask for Done before Err
+		wantErr error
+	}{
+		{"running, Err only", time.Hour, false, nil},
+		{"running, Done armed", time.Hour, true, nil},
+		{"expired, Err only", 0, false, context.DeadlineExceeded},
+		{"expired, Done first", 0, true, context.DeadlineExceeded},
+		{"expired, Done after Err", -time.Second, false, context.DeadlineExceeded},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c := newSettleCtx(context.WithoutCancel(parent), tt.timeout)
+			defer c.release()
+			if tt.doneFst {
+				c.Done()
+			}
+			if err := c.Err(); !errors.Is(err, tt.wantErr) {
+				t.Fatalf("Err() = %v, want %v", err, tt.wantErr)
+			}
+			select {
+			case <-c.Done():
+				if tt.wantErr == nil {
+					t.Fatal("Done closed before the deadline")
+				}
+			default:
+				if tt.wantErr != nil {
+					t.Fatal("Done open after the deadline")
+				}
+			}
+			if v := c.Value(settleCtxKey{}); v != "v" {
+				t.Fatalf("Value = %v, want the parent's", v)
+			}
+			if d, ok := c.Deadline(); !ok || d.IsZero() {
+				t.Fatalf("Deadline() = %v, %v", d, ok)
+			}
+		})
+	}
+}
+
+// TestSettleCtxTimerFires checks that a Done asked for before the deadline
+// closes when it passes.
+func TestSettleCtxTimerFires(t *testing.T) {
+	c := newSettleCtx(context.Background(), 10*time.Millisecond)
+	defer c.release()
+	select {
+	case <-c.Done():
+	case <-time.After(time.Minute):
+		t.Fatal("Done not closed a minute after a 10ms deadline")
+	}
+	if err := c.Err(); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Err() = %v", err)
+	}
+	if err := context.Cause(c); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Cause = %v", err)
+	}
+}
