@@ -52,10 +52,14 @@ func (d *heldDB) SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults {
 	var keys, completes []string
 	for _, q := range b.QueuedQueries {
 		if len(q.Arguments) > 1 {
-			if k, ok := q.Arguments[1].([]string); ok && len(q.Arguments) == 5 { // the claim statement
+			k, ok := q.Arguments[1].([]string)
+			if one, isOne := q.Arguments[1].(string); isOne { // a batch of one, in scalars
+				k, ok = []string{one}, true
+			}
+			if ok && len(q.Arguments) == 5 { // the claim statement
 				keys = k
 			}
-			if k, ok := q.Arguments[1].([]string); ok && len(q.Arguments) == 6 { // the completion statement
+			if ok && len(q.Arguments) == 6 { // the completion statement
 				completes = k
 			}
 		}

@@ -125,6 +125,7 @@ type Store struct {
 	table string // sanitized identifier
 
 	claimSQL, completeSQL, extendSQL, releaseSQL string
+	claimOneSQL, completeOneSQL                  string
 	takeSQL, readSQL, sweepSQL                   string
 	commitSQL, commitPreparedSQL                 string
 	finishStmtSQL, finishStmtName                string
@@ -277,6 +278,29 @@ SELECT r.key, ins.key IS NOT NULL, d.completed, d.fingerprint, d.locked_until, d
 FROM req r
 LEFT JOIN ins ON ins.key = r.key
 LEFT JOIN {T} d ON ins.key IS NULL AND d.namespace = $1 AND d.key = r.key AND d.expires_at > now()`)
+	// claimOneSQL is claimSQL for a batch of one claim (every claim at
+	// concurrency 1), with scalar parameters. PostgreSQL plans a statement
+	// over arrays afresh on every execution (a generic plan expects ten
+	// rows from unnest where a custom plan sees one, so it never looks
+	// cheaper), and planning claimSQL took twice as long as running it:
+	// measured, 0.4 ms planning and 0.2 ms execution. With scalars the
+	// generic plan (two lookups by primary key) is chosen after five
+	// executions and is reused: 0.01 ms planning, 0.04 ms execution. The
+	// answer has claimSQL's columns.
+	s.claimOneSQL = r.Replace(`WITH ins AS (
+	INSERT INTO {T} AS d (namespace, key, token, fingerprint, completed, locked_until, expires_at, result)
+	SELECT $1::text, $2::text, $3::text, $4::text, false, now() + $5::bigint * interval '1 microsecond', now() + $5::bigint * interval '1 microsecond', NULL
+	WHERE (SELECT l.expires_at > now() FROM {T} l WHERE l.namespace = $1::text AND l.key = $2::text) IS NOT TRUE
+	ON CONFLICT (namespace, key) DO UPDATE
+	SET token = excluded.token, fingerprint = excluded.fingerprint, completed = false,
+		locked_until = excluded.locked_until, expires_at = excluded.expires_at, result = NULL
+	WHERE d.expires_at <= now()
+	RETURNING d.key
+)
+SELECT $2::text, ins.key IS NOT NULL, d.completed, d.fingerprint, d.locked_until, d.result
+FROM (VALUES (1)) AS one(x)
+LEFT JOIN ins ON true
+LEFT JOIN {T} d ON ins.key IS NULL AND d.namespace = $1::text AND d.key = $2::text AND d.expires_at > now()`)
 	// A missing row lapsed and was swept, or was released, and nobody has
 	// taken it since: its holder may write it again, with the fingerprint
 	// its token carries.
@@ -292,6 +316,17 @@ LEFT JOIN {T} d ON ins.key IS NULL AND d.namespace = $1 AND d.key = r.key AND d.
 	RETURNING d.key
 )
 SELECT r.key, upd.key IS NOT NULL FROM req r LEFT JOIN upd ON upd.key = r.key`)
+	// completeOneSQL is completeSQL for a batch of one completion, with
+	// scalar parameters, for the reason claimOneSQL has.
+	s.completeOneSQL = r.Replace(`WITH upd AS (
+	INSERT INTO {T} AS d (namespace, key, token, fingerprint, completed, locked_until, expires_at, result)
+	SELECT $1::text, $2::text, $3::text, $4::text, true, NULL, now() + $5::bigint * interval '1 microsecond', $6::bytea
+	ON CONFLICT (namespace, key) DO UPDATE
+	SET completed = true, locked_until = NULL, expires_at = excluded.expires_at, result = excluded.result
+	WHERE d.token = excluded.token
+	RETURNING d.key
+)
+SELECT $2::text, EXISTS (SELECT FROM upd)`)
 	s.extendSQL = r.Replace(`INSERT INTO {T} AS d (namespace, key, token, fingerprint, completed, locked_until, expires_at)
 VALUES ($1, $2, $3, $4, false, now() + $5 * interval '1 microsecond', now() + $5 * interval '1 microsecond')
 ON CONFLICT (namespace, key) DO UPDATE
@@ -520,7 +555,10 @@ func (s *Store) sendBatch(ctx context.Context, claims, completes []*op) error {
 	if async {
 		b.Queue(`SELECT set_config('synchronous_commit', 'off', true)`)
 	}
-	if len(claims) > 0 {
+	if len(claims) == 1 {
+		o := claims[0]
+		b.Queue(s.claimOneSQL, s.ns, o.key, o.token, o.fp, o.us)
+	} else if len(claims) > 0 {
 		n := len(claims)
 		keys, tokens, fps, leases := make([]string, n), make([]string, n), make([]string, n), make([]int64, n)
 		for i, o := range claims {
@@ -528,7 +566,10 @@ func (s *Store) sendBatch(ctx context.Context, claims, completes []*op) error {
 		}
 		b.Queue(s.claimSQL, s.ns, keys, tokens, fps, leases)
 	}
-	if len(completes) > 0 {
+	if len(completes) == 1 {
+		o := completes[0]
+		b.Queue(s.completeOneSQL, s.ns, o.key, o.token, o.fp, o.us, o.result)
+	} else if len(completes) > 0 {
 		n := len(completes)
 		keys, tokens, fps, ttls, results := make([]string, n), make([]string, n), make([]string, n), make([]int64, n), make([][]byte, n)
 		for i, o := range completes {

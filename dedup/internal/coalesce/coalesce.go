@@ -49,7 +49,7 @@ func (c *Call) Settle() {
 			if !c.state.CompareAndSwap(pending, answered) {
 				continue // its caller gave up meanwhile
 			}
-			c.batch.leave()
+			c.batch.leave(true)
 		case abandoned:
 			if !c.state.CompareAndSwap(abandoned, late) {
 				continue
@@ -67,7 +67,11 @@ type batch struct {
 	// live counts the requests whose callers still wait for their answer;
 	// when it reaches zero nobody does, and the flush's context ends, after
 	// grace.
-	live   atomic.Int32
+	live atomic.Int32
+	// gone says that a caller gave up while its request was in flight
+	// (set before that caller leaves): only then does the flush need its
+	// Grace.
+	gone   atomic.Bool
 	grace  time.Duration
 	cancel context.CancelFunc
 	// timer ends the flush's context Grace after the last caller left; done
@@ -78,8 +82,18 @@ type batch struct {
 	over  bool
 }
 
-func (b *batch) leave() {
+// leave is called once per request, when it is answered or its caller
+// gives up.
+func (b *batch) leave(answered bool) {
 	if b.live.Add(-1) == 0 {
+		if answered && !b.gone.Load() {
+			// Every caller has its answer, so the flush has nothing
+			// left to learn and returns shortly; done ends its context.
+			// Starting the Grace timer here, on every flush, cost a
+			// timer per batch (a batch of one at concurrency 1) for
+			// nothing.
+			return
+		}
 		if b.grace > 0 {
 			b.mu.Lock()
 			if !b.over {
@@ -172,7 +186,8 @@ func (b *Batcher[R]) Do(ctx context.Context, r R) error {
 	defer b.mu.Unlock()
 	if c.state.CompareAndSwap(pending, abandoned) {
 		if c.batch != nil {
-			c.batch.leave()
+			c.batch.gone.Store(true)
+			c.batch.leave(false)
 		}
 		return ctx.Err()
 	}
