@@ -546,7 +546,7 @@ func (t *Topic) send(ctx context.Context, url string, entries []types.SendMessag
 		}
 		return
 	}
-	answered := make(map[string]bool, len(entries))
+	answered := make([]bool, len(entries))
 	now := time.Now()
 	// Keyed by the MessageId SQS answers with, which repeats only when SQS
 	// kept an earlier message for this dedup ID (in its group, for a
@@ -555,20 +555,21 @@ func (t *Topic) send(ctx context.Context, url string, entries []types.SendMessag
 	// MessageDeduplicationId.
 	w := t.QueueInfo().Window()
 	for _, s := range out.Successful {
-		if i, ok := entryIndex(s.Id, index); ok {
+		if j, ok := entryIndex(s.Id, index); ok {
+			i := index[j]
 			results[i].BackendID = aws.ToString(s.MessageId)
 			results[i].Duplicate = t.seen.Observe(results[i].BackendID, now, w)
-			answered[aws.ToString(s.Id)] = true
+			answered[j] = true
 		}
 	}
 	for _, f := range out.Failed {
-		if i, ok := entryIndex(f.Id, index); ok {
-			results[i].Err = &EntryError{Code: aws.ToString(f.Code), Message: aws.ToString(f.Message), SenderFault: f.SenderFault}
-			answered[aws.ToString(f.Id)] = true
+		if j, ok := entryIndex(f.Id, index); ok {
+			results[index[j]].Err = &EntryError{Code: aws.ToString(f.Code), Message: aws.ToString(f.Message), SenderFault: f.SenderFault}
+			answered[j] = true
 		}
 	}
-	for j, e := range entries {
-		if !answered[aws.ToString(e.Id)] {
+	for j := range entries {
+		if !answered[j] {
 			// Without an answer the message may or may not be stored:
 			// a resend with the same ID is the safe choice.
 			results[index[j]].Err = errors.New("sqs: SendMessageBatch returned no result for this entry")
@@ -577,15 +578,15 @@ func (t *Topic) send(ctx context.Context, url string, entries []types.SendMessag
 }
 
 // entryIndex maps a batch entry Id (the message's index) back to the
-// message, checking that it was in this request.
+// entry's position in this request, checking that it was in it.
 func entryIndex(id *string, index []int) (int, bool) {
 	i, err := strconv.Atoi(aws.ToString(id))
 	if err != nil {
 		return 0, false
 	}
-	for _, j := range index {
-		if j == i {
-			return i, true
+	for j, k := range index {
+		if k == i {
+			return j, true
 		}
 	}
 	return 0, false
