@@ -64,8 +64,9 @@ func BenchmarkPublishBatch(b *testing.B) {
 }
 
 // TestPublishBatchAllocs keeps the Publisher's own allocations per message
-// in a large batch under 2 (they were 4: a driver message, a stats and a
-// metric error target per message, and per chunk its bookkeeping): the
+// in a large batch under 1 (they were 4: a driver message, a stats and a
+// metric error target per message, and per chunk its bookkeeping; then
+// 1.57, the metric error target being left): the
 // per-call cost (span, metrics) is spread over the batch, the per-message
 // cost is not. Allocation counts do not depend on the machine's load.
 func TestPublishBatchAllocs(t *testing.T) {
@@ -84,7 +85,7 @@ func TestPublishBatchAllocs(t *testing.T) {
 			t.Fatal(err)
 		}
 	}) / float64(len(msgs))
-	if perMsg > 2 {
-		t.Errorf("PublishBatch of %d messages: %.2f allocations per message, want at most 2", len(msgs), perMsg)
+	if perMsg > 1 {
+		t.Errorf("PublishBatch of %d messages: %.2f allocations per message, want at most 1", len(msgs), perMsg)
 	}
 }

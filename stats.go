@@ -28,16 +28,27 @@ type pubStats struct {
 }
 
 func (s *pubStats) count(results []Result) {
+	// Counted here first: one atomic add per counter and call, not one
+	// per message on counters every publishing goroutine shares.
+	var stored, duplicates, maybe, refused uint64
 	for _, r := range results {
 		switch {
 		case r.Err == nil && r.Duplicate:
-			s.duplicates.Add(1)
+			duplicates++
 		case r.Err == nil:
-			s.stored.Add(1)
+			stored++
 		case maybeSent(r.Err):
-			s.maybeSent.Add(1)
+			maybe++
 		default:
-			s.refused.Add(1)
+			refused++
+		}
+	}
+	for _, c := range []struct {
+		n uint64
+		v *atomic.Uint64
+	}{{stored, &s.stored}, {duplicates, &s.duplicates}, {maybe, &s.maybeSent}, {refused, &s.refused}} {
+		if c.n > 0 {
+			c.v.Add(c.n)
 		}
 	}
 }

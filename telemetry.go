@@ -2,7 +2,6 @@ package dedupq
 
 import (
 	"context"
-	"errors"
 	"strings"
 	"time"
 
@@ -72,7 +71,15 @@ type pubTelemetry struct {
 	attempts   metric.Int64Counter
 	retryDelay metric.Float64Histogram
 	reg        metric.Registration
+	// outcomeOpts are base plus each publish outcome, in outcomeNames'
+	// order, made once as on the consumer side: built per call, an option
+	// and its variadic slice cost allocations each time.
+	outcomeOpts [len(outcomeNames)][]metric.AddOption
 }
+
+// outcomeNames are the publish outcomes in the order endPublish counts
+// them.
+var outcomeNames = [...]string{outcomeStored, outcomeDuplicate, outcomeRefused, outcomeMaybeSent}
 
 // conTelemetry is a Consumer's instruments. A nil tracer means tracing is
 // off (oteloff.TracerProvider); metrics false means metrics are off
@@ -177,6 +184,9 @@ func newPubTelemetry(mp metric.MeterProvider, tp trace.TracerProvider, system st
 	t.retryDelay, _ = m.Float64Histogram("dedupq.publish.retry_delay", metric.WithUnit("s"),
 		metric.WithDescription("Backoff waited before a publish retry."))
 	t.reg = newWindowGauges(m).register(m, attribute.NewSet(attrSystem.String(system), attrRole.String("publisher")), read)
+	for i, o := range outcomeNames {
+		t.outcomeOpts[i] = []metric.AddOption{withOutcome(t.base, o)}
+	}
 	return t
 }
 
@@ -285,16 +295,14 @@ func (t *pubTelemetry) inject(ctx context.Context, m *driver.Message) {
 
 // endPublish records each message's outcome on the meter and the span.
 func (t *pubTelemetry) endPublish(ctx context.Context, span trace.Span, results []Result) {
-	var n [4]int64
-	names := [4]string{outcomeStored, outcomeDuplicate, outcomeRefused, outcomeMaybeSent}
+	var n [len(outcomeNames)]int64
 	for _, r := range results {
-		var pe *PublishError
 		switch {
 		case r.Err == nil && r.Duplicate:
 			n[1]++
 		case r.Err == nil:
 			n[0]++
-		case errors.As(r.Err, &pe) && pe.MaybeSent:
+		case maybeSent(r.Err):
 			n[3]++
 		default:
 			n[2]++
@@ -302,7 +310,7 @@ func (t *pubTelemetry) endPublish(ctx context.Context, span trace.Span, results 
 	}
 	for i, c := range n {
 		if c > 0 {
-			t.published.Add(ctx, c, withOutcome(t.base, names[i]))
+			t.published.Add(ctx, c, t.outcomeOpts[i]...)
 		}
 	}
 	if n[2]+n[3] > 0 {

@@ -145,14 +145,24 @@ func checkMessage(m *driver.Message) error {
 }
 
 // toNATS builds the NATS message for m, published to subject (plus the
-// group suffix). The dedup ID header is added by the publish options.
-func toNATS(subject string, m *driver.Message) *nats.Msg {
+// group suffix), with the dedup ID and, so that the stream whose window
+// was checked is the one that stores it, the expected stream as headers.
+// Every header value shares one backing array: one allocation for all of
+// them, not one each.
+func toNATS(subject, stream string, m *driver.Message) *nats.Msg {
 	if m.GroupKey != "" {
 		subject += "." + m.GroupKey
 	}
-	h := make(nats.Header, len(m.Attributes)+2)
+	vals := make([]string, 2+len(m.Attributes))
+	h := make(nats.Header, len(vals))
+	vals[0], vals[1] = m.ID, stream
+	h[jetstream.MsgIDHeader] = vals[0:1:1]
+	h[jetstream.ExpectedStreamHeader] = vals[1:2:2]
+	i := 2
 	for k, v := range m.Attributes {
-		h[k] = []string{v}
+		vals[i] = v
+		h[k] = vals[i : i+1 : i+1]
+		i++
 	}
 	return &nats.Msg{Subject: subject, Header: h, Data: m.Body}
 }

@@ -36,6 +36,12 @@ type Topic struct {
 	js       jetstream.JetStream
 	cfg      Config
 	maxBatch int
+	// pubOpts are the publish options every message shares, made once: a
+	// PublishOpt is a closure, and the variadic slice would be another
+	// allocation per message. The dedup ID and the expected stream travel
+	// as headers toNATS writes (what WithMsgID and WithExpectStream would
+	// write), so no option differs between messages.
+	pubOpts []jetstream.PublishOpt
 
 	// provision serializes Provision; mu guards the fields below it.
 	provision sync.Mutex
@@ -97,7 +103,10 @@ func newTopic(ctx context.Context, nc *nats.Conn, cfg Config, ownConn bool) (*To
 	}
 	t := &Topic{
 		nc: nc, ownConn: ownConn, js: js, cfg: cfg,
-		maxBatch:   maxBatch,
+		maxBatch: maxBatch,
+		// The portable layer owns retries; the client's own would be
+		// hidden from the span check.
+		pubOpts:    []jetstream.PublishOpt{jetstream.WithRetryAttempts(0)},
 		connClosed: make(chan struct{}),
 		statusCh:   nc.StatusChanged(nats.CLOSED),
 	}
@@ -205,14 +214,7 @@ func (t *Topic) SendBatch(ctx context.Context, msgs []*driver.Message) ([]driver
 			res[i].Err = err
 			continue
 		}
-		f, err := t.js.PublishMsgAsync(toNATS(t.cfg.Subject, m),
-			jetstream.WithMsgID(m.ID),
-			// The stream we checked the window of is the one that must
-			// store the message.
-			jetstream.WithExpectStream(t.cfg.Stream),
-			// The portable layer owns retries; the client's own would be
-			// hidden from the span check.
-			jetstream.WithRetryAttempts(0))
+		f, err := t.js.PublishMsgAsync(toNATS(t.cfg.Subject, t.cfg.Stream, m), t.pubOpts...)
 		if err != nil {
 			// Not handed to the connection: what err says is the truth.
 			res[i].Err = fmt.Errorf("jetstream: publish: %w", err)

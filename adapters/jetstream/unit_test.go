@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"reflect"
 	"strings"
 	"syscall"
 	"testing"
@@ -103,9 +104,7 @@ func TestLimits(t *testing.T) {
 		m.Attributes[fmt.Sprintf("k%d", i)] = "v"
 	}
 	m.Body = make([]byte, lim.MaxMessageBytes-m.Size())
-	nm := toNATS("orders", m)
-	nm.Header.Set(jetstream.MsgIDHeader, m.ID)
-	nm.Header.Set(jetstream.ExpectedStreamHeader, "ORDERS")
+	nm := toNATS("orders", "ORDERS", m)
 	// Size counts the subject too; max_payload counts headers and body.
 	if n := nm.Size() - len(nm.Subject); n > 1<<20 {
 		t.Errorf("a message at MaxMessageBytes is %d bytes on the wire, over max_payload %d", n, 1<<20)
@@ -115,6 +114,37 @@ func TestLimits(t *testing.T) {
 	}
 	if got := limits("S", 10).MaxMessageBytes; got != 1 {
 		t.Errorf("MaxMessageBytes for a tiny payload = %d, want the floor 1", got)
+	}
+}
+
+// TestToNATS checks the headers toNATS writes itself, in place of the
+// WithMsgID and WithExpectStream publish options: each header has exactly
+// its own value, although the values share one backing array.
+func TestToNATS(t *testing.T) {
+	cases := []struct {
+		name    string
+		m       driver.Message
+		subject string
+		want    nats.Header
+	}{
+		{"plain", driver.Message{ID: "a1", Body: []byte("x")}, "orders",
+			nats.Header{jetstream.MsgIDHeader: {"a1"}, jetstream.ExpectedStreamHeader: {"ORDERS"}}},
+		{"group and attributes", driver.Message{ID: "b2", GroupKey: "g", Attributes: map[string]string{"k1": "v1", "k2": "v2"}}, "orders.g",
+			nats.Header{jetstream.MsgIDHeader: {"b2"}, jetstream.ExpectedStreamHeader: {"ORDERS"}, "k1": {"v1"}, "k2": {"v2"}}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			nm := toNATS("orders", "ORDERS", &tc.m)
+			if nm.Subject != tc.subject || string(nm.Data) != string(tc.m.Body) {
+				t.Errorf("subject %q, data %q; want %q, %q", nm.Subject, nm.Data, tc.subject, tc.m.Body)
+			}
+			// A header added to later must not write over its neighbour.
+			nm.Header.Add(jetstream.MsgIDHeader, "extra")
+			tc.want[jetstream.MsgIDHeader] = append(tc.want[jetstream.MsgIDHeader], "extra")
+			if !reflect.DeepEqual(nm.Header, tc.want) {
+				t.Errorf("headers %v, want %v", nm.Header, tc.want)
+			}
+		})
 	}
 }
 

@@ -17,6 +17,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/dedupq/dedupq/driver"
@@ -181,7 +182,7 @@ func limits(topic string) driver.Limits {
 					return "Attributes", fmt.Errorf("attribute %q is not valid UTF-8, which Pub/Sub requires", k)
 				}
 			}
-			if n, limit := messageSize(toPB(m)), bundleLimit(topic); n > limit {
+			if n, limit := messageSize(m), bundleLimit(topic); n > limit {
 				return "Body", fmt.Errorf("message is %d bytes as Pub/Sub encodes it (with the %s attribute), more than the %d a publish request takes", n, AttrID, limit)
 			}
 			return "", nil
@@ -194,18 +195,42 @@ func attributeNameAllowed(name string) bool {
 		!strings.HasPrefix(name, "goog") && !strings.HasPrefix(name, ReservedAttrPrefix)
 }
 
-// toPB is the message as the client will send it.
-func toPB(m *driver.Message) *pb.PubsubMessage {
+// toMessage is m as the client will send it, with its dedup ID as the
+// AttrID attribute.
+func toMessage(m *driver.Message) *gpubsub.Message {
 	attrs := make(map[string]string, len(m.Attributes)+1)
 	for k, v := range m.Attributes {
 		attrs[k] = v
 	}
 	attrs[AttrID] = m.ID
-	return &pb.PubsubMessage{Data: m.Body, Attributes: attrs, OrderingKey: m.GroupKey}
+	return &gpubsub.Message{Data: m.Body, Attributes: attrs, OrderingKey: m.GroupKey}
 }
 
-// messageSize is the size the client's bundler counts for a message.
-func messageSize(m *pb.PubsubMessage) int { return proto.Size(m) }
+// messageSize is the size the client's bundler counts for toMessage(m):
+// the protobuf encoding of its PubsubMessage (proto.Size), computed from
+// the fields, so that Limits.Check builds no message to measure one.
+func messageSize(m *driver.Message) int {
+	n := 0
+	if len(m.Body) > 0 {
+		n += 1 + protowire.SizeBytes(len(m.Body)) // data = 1
+	}
+	// attributes = 2: one map entry per attribute, key and value always
+	// encoded, even when empty.
+	entry := func(k, v string) int {
+		e := 1 + protowire.SizeBytes(len(k)) + 1 + protowire.SizeBytes(len(v))
+		return 1 + protowire.SizeBytes(e)
+	}
+	for k, v := range m.Attributes {
+		if k != AttrID { // toMessage writes the ID over it
+			n += entry(k, v)
+		}
+	}
+	n += entry(AttrID, m.ID)
+	if m.GroupKey != "" {
+		n += 1 + protowire.SizeBytes(len(m.GroupKey)) // ordering_key = 5
+	}
+	return n
+}
 
 // bundleLimit is the client's cap on one bundle (one Publish request) for
 // topic: the request limit less the topic name and framing.

@@ -136,7 +136,7 @@ func (t *Topic) enter() bool {
 // pending is one message of a SendBatch still to send.
 type pending struct {
 	index int
-	msg   *pb.PubsubMessage
+	msg   *gpubsub.Message
 	size  int
 }
 
@@ -152,11 +152,11 @@ func (t *Topic) SendBatch(ctx context.Context, msgs []*driver.Message) ([]driver
 	queues := map[string][]pending{}
 	var keys []string
 	for i, m := range msgs {
-		p := toPB(m)
+		p := toMessage(m)
 		if _, ok := queues[m.GroupKey]; !ok {
 			keys = append(keys, m.GroupKey)
 		}
-		queues[m.GroupKey] = append(queues[m.GroupKey], pending{index: i, msg: p, size: messageSize(p)})
+		queues[m.GroupKey] = append(queues[m.GroupKey], pending{index: i, msg: p, size: messageSize(m)})
 	}
 	for len(queues) > 0 {
 		if err := ctx.Err(); err != nil {
@@ -250,7 +250,7 @@ func (t *Topic) publishRound(ctx context.Context, round []pending, results []dri
 	}
 	res := make([]*gpubsub.PublishResult, len(round))
 	for i, m := range round {
-		res[i] = p.Publish(ctx, &gpubsub.Message{Data: m.msg.Data, Attributes: m.msg.Attributes, OrderingKey: m.msg.OrderingKey})
+		res[i] = p.Publish(ctx, m.msg)
 	}
 	// Stop flushes at once and returns when every RPC has ended; the RPCs
 	// are bounded by timeout, so this goroutine is too.

@@ -104,13 +104,32 @@ func validBodyChar(r rune) bool {
 // read them; anything else (binary data, NUL, invalid UTF-8) travels as
 // base64, and an empty body as a single space, each marked by AttrBody.
 func encodeBody(b []byte) (body, encoding string) {
-	if len(b) == 0 {
-		return " ", "empty"
+	_, encoding = bodyWireSize(b)
+	return encodeBodyAs(b, encoding), encoding
+}
+
+// encodeBodyAs is encodeBody's text for b, whose marker bodyWireSize found
+// to be encoding.
+func encodeBodyAs(b []byte, encoding string) string {
+	switch encoding {
+	case "empty":
+		return " "
+	case "base64":
+		return base64.StdEncoding.EncodeToString(b)
 	}
-	if validText(string(b)) {
-		return string(b), ""
+	return string(b)
+}
+
+// bodyWireSize is the length of encodeBody(b) and its marker, without
+// encoding it.
+func bodyWireSize(b []byte) (size int, encoding string) {
+	switch {
+	case len(b) == 0:
+		return 1, "empty"
+	case validTextBytes(b):
+		return len(b), ""
 	}
-	return base64.StdEncoding.EncodeToString(b), "base64"
+	return base64.StdEncoding.EncodedLen(len(b)), "base64"
 }
 
 // decodeBody reverses encodeBody. A body whose marker is unknown or whose
@@ -182,16 +201,27 @@ func decodeAttr(a types.MessageAttributeValue) string {
 	return aws.ToString(a.StringValue)
 }
 
-// attrWireSize is what an attribute counts toward SQS's message size: its
-// name, data type and value. Binary values are counted as their base64
-// text, which is what goes over the wire and what some emulators count;
-// AWS counts the raw bytes, so this errs on the safe side.
-func attrWireSize(name string, a types.MessageAttributeValue) int {
-	n := len(name) + len(aws.ToString(a.DataType)) + len(aws.ToString(a.StringValue))
-	if a.BinaryValue != nil {
-		n += base64.StdEncoding.EncodedLen(len(a.BinaryValue))
+// valueWireSize is attrWireSize(name, encodeAttr(v)), without encoding v.
+func valueWireSize(name, v string) int {
+	switch {
+	case v == "":
+		return len(name) + len(emptyAttrType) + 1
+	case validText(v):
+		return len(name) + len("String") + len(v)
 	}
-	return n
+	return len(name) + len("Binary") + base64.StdEncoding.EncodedLen(len(v))
+}
+
+// validTextBytes is validText for a byte slice, which it does not copy.
+func validTextBytes(b []byte) bool {
+	for len(b) > 0 {
+		r, n := utf8.DecodeRune(b)
+		if (r == utf8.RuneError && n == 1) || !validBodyChar(r) {
+			return false
+		}
+		b = b[n:]
+	}
+	return true
 }
 
 // validText reports whether s is valid UTF-8 made only of characters SQS

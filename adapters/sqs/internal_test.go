@@ -7,6 +7,7 @@ package sqs
 import (
 	"bytes"
 	"context"
+	"encoding/base64"
 	"errors"
 	"fmt"
 	"net"
@@ -15,9 +16,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
 	"github.com/aws/smithy-go"
 	smithyhttp "github.com/aws/smithy-go/transport/http"
+
+	"github.com/dedupq/dedupq/driver"
 )
 
 func TestValidID(t *testing.T) {
@@ -98,6 +102,64 @@ func TestBodyEncoding(t *testing.T) {
 	if got := decodeBody("not base64!", "base64"); string(got) != "not base64!" {
 		t.Errorf("broken base64 decoded to %q", got)
 	}
+}
+
+// TestMeasure checks that Limits.Check's size-only path (measure) finds
+// the size of the entry SendBatch builds, counted from that entry, and
+// refuses a message just over the limit.
+func TestMeasure(t *testing.T) {
+	top := &Topic{opts: Options{HashLongIDs: true, DefaultGroup: "g"}}
+	long := strings.Repeat("x", 200)
+	for _, tc := range []struct {
+		name string
+		m    driver.Message
+	}{
+		{"text", driver.Message{ID: "a", Body: []byte("hello")}},
+		{"U+FFFD is text", driver.Message{ID: "a", Body: []byte("\uFFFD")}},
+		{"empty body", driver.Message{ID: "a"}},
+		{"binary body", driver.Message{ID: "a", Body: []byte{0, 0xff, 1}}},
+		{"attributes", driver.Message{ID: "a", GroupKey: "k", Body: []byte("b"), Attributes: map[string]string{"s": "v", "e": "", "bin": "\x00\xff"}}},
+		{"hashed ID", driver.Message{ID: long, Body: []byte("b")}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			w, err := top.measure(&tc.m, 1<<20)
+			if err != nil {
+				t.Fatal(err)
+			}
+			e, size, err := top.entry(3, &tc.m, 1<<20, make([]string, entryStrings))
+			if err != nil {
+				t.Fatal(err)
+			}
+			want := len(*e.MessageBody)
+			for k, a := range e.MessageAttributes {
+				want += attrWireSize(k, a)
+			}
+			if w.size != want || size != want {
+				t.Errorf("measured %d, entry reports %d, the entry counts %d", w.size, size, want)
+			}
+			if *e.Id != "3" || *e.MessageGroupId != w.group || *e.MessageDeduplicationId != w.id {
+				t.Errorf("entry Id %q group %q dedup ID %q", *e.Id, *e.MessageGroupId, *e.MessageDeduplicationId)
+			}
+			if len(tc.m.Attributes) == 0 && w.enc == "" && !w.hashed && e.MessageAttributes != nil {
+				t.Errorf("attributes %v, want none", e.MessageAttributes)
+			}
+			if _, err := top.measure(&tc.m, want-1); !errors.Is(err, ErrTooLarge) {
+				t.Errorf("one byte over: %v, want ErrTooLarge", err)
+			}
+		})
+	}
+}
+
+// attrWireSize is what an attribute counts toward SQS's message size: its
+// name, data type and value. Binary values are counted as their base64
+// text, which is what goes over the wire and what some emulators count;
+// AWS counts the raw bytes, so this errs on the safe side.
+func attrWireSize(name string, a types.MessageAttributeValue) int {
+	n := len(name) + len(aws.ToString(a.DataType)) + len(aws.ToString(a.StringValue))
+	if a.BinaryValue != nil {
+		n += base64.StdEncoding.EncodedLen(len(a.BinaryValue))
+	}
+	return n
 }
 
 func TestAttrEncoding(t *testing.T) {

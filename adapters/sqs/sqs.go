@@ -326,11 +326,11 @@ func (t *Topic) MaxBatch() int { return maxBatch }
 func (t *Topic) Limits() driver.Limits {
 	info := t.QueueInfo()
 	l := limits(t.opts, info)
-	// The wire size (encoded body, attribute names and types) is only known
-	// once the entry is built: build it, so that an oversize message is
-	// refused before its batch is sent.
+	// The wire size (encoded body, attribute names and types) depends on
+	// the encoding: measure it as SendBatch will send it, so that an
+	// oversize message is refused before its batch is sent.
 	l.Check = func(m *driver.Message) (string, error) {
-		_, _, err := t.entry(0, m, info.MaxMessageBytes)
+		_, err := t.measure(m, info.MaxMessageBytes)
 		if errors.Is(err, ErrTooLarge) {
 			return "Body", err
 		}
@@ -428,8 +428,11 @@ func (t *Topic) SendBatch(ctx context.Context, msgs []*driver.Message) ([]driver
 		}
 		chunk, index, chunkBytes = nil, nil, 0
 	}
+	// The entries' string fields point into one array, not each into a
+	// string of its own.
+	strs := make([]string, entryStrings*len(msgs))
 	for i, m := range msgs {
-		e, size, err := t.entry(i, m, info.MaxMessageBytes)
+		e, size, err := t.entry(i, m, info.MaxMessageBytes, strs[entryStrings*i:entryStrings*(i+1)])
 		if err != nil {
 			results[i].Err = &refused{err}
 			continue
@@ -437,62 +440,101 @@ func (t *Topic) SendBatch(ctx context.Context, msgs []*driver.Message) ([]driver
 		if len(chunk) == maxBatch || chunkBytes+size > maxBatchBytes {
 			flush()
 		}
+		if chunk == nil {
+			n := min(maxBatch, len(msgs)-i)
+			chunk, index = make([]types.SendMessageBatchRequestEntry, 0, n), make([]int, 0, n)
+		}
 		chunk, index, chunkBytes = append(chunk, e), append(index, i), chunkBytes+size
 	}
 	flush()
 	return results, nil
 }
 
-// entry builds the batch entry for message i and reports its size as SQS
-// counts it.
-func (t *Topic) entry(i int, m *driver.Message, maxBytes int) (types.SendMessageBatchRequestEntry, int, error) {
-	var e types.SendMessageBatchRequestEntry
-	group := m.GroupKey
-	if group == "" {
-		group = t.opts.DefaultGroup
+// wireMessage is what entry sends for a message, as measure found it.
+type wireMessage struct {
+	group, id string
+	hashed    bool   // id is HashID of the message's ID
+	enc       string // the body's AttrBody marker; "" for a text body
+	size      int    // as SQS counts it
+}
+
+// entryStrings is the number of strings entry points its entry's fields
+// at.
+const entryStrings = 4
+
+// measure checks message m and sizes it as SQS counts it once encoded
+// (what entry builds), without building it: Limits.Check runs it on every
+// message, and SendBatch again through entry.
+func (t *Topic) measure(m *driver.Message, maxBytes int) (wireMessage, error) {
+	w := wireMessage{group: m.GroupKey}
+	if w.group == "" {
+		w.group = t.opts.DefaultGroup
 	}
-	if !validID(group) {
-		return e, 0, fmt.Errorf("dedupq/sqs: message %q: MessageGroupId %q is not valid (SQS FIFO requires one of at most %d ASCII letters, digits and punctuation; set a GroupKey or Options.DefaultGroup)", m.ID, group, MaxIDLength)
+	if !validID(w.group) {
+		return w, fmt.Errorf("dedupq/sqs: message %q: MessageGroupId %q is not valid (SQS FIFO requires one of at most %d ASCII letters, digits and punctuation; set a GroupKey or Options.DefaultGroup)", m.ID, w.group, MaxIDLength)
 	}
-	id, hashed := wireID(m.ID, t.opts.HashLongIDs)
-	if !validID(id) {
-		return e, 0, fmt.Errorf("dedupq/sqs: message %q: not a valid MessageDeduplicationId (at most %d ASCII letters, digits and punctuation; Options.HashLongIDs maps other IDs to a hash)", m.ID, MaxIDLength)
+	w.id, w.hashed = wireID(m.ID, t.opts.HashLongIDs)
+	if !validID(w.id) {
+		return w, fmt.Errorf("dedupq/sqs: message %q: not a valid MessageDeduplicationId (at most %d ASCII letters, digits and punctuation; Options.HashLongIDs maps other IDs to a hash)", m.ID, MaxIDLength)
 	}
-	attrs := make(map[string]types.MessageAttributeValue, len(m.Attributes)+2)
+	n := len(m.Attributes)
 	for k, v := range m.Attributes {
 		if !validAttrName(k) {
-			return e, 0, fmt.Errorf("dedupq/sqs: message %q: attribute name %q is not accepted by SQS or is reserved", m.ID, k)
+			return w, fmt.Errorf("dedupq/sqs: message %q: attribute name %q is not accepted by SQS or is reserved", m.ID, k)
 		}
-		attrs[k] = encodeAttr(v)
+		w.size += valueWireSize(k, v)
 	}
-	body, enc := encodeBody(m.Body)
-	if enc != "" {
-		attrs[AttrBody] = encodeAttr(enc)
+	var bodySize int
+	bodySize, w.enc = bodyWireSize(m.Body)
+	w.size += bodySize
+	if w.enc != "" {
+		n++
+		w.size += valueWireSize(AttrBody, w.enc)
 	}
-	if hashed {
-		attrs[AttrID] = encodeAttr(m.ID)
+	if w.hashed {
+		n++
+		w.size += valueWireSize(AttrID, m.ID)
 	}
-	if len(attrs) > MaxAttributes {
-		return e, 0, fmt.Errorf("dedupq/sqs: message %q: %d message attributes with the adapter's own, SQS accepts at most %d", m.ID, len(attrs), MaxAttributes)
+	if n > MaxAttributes {
+		return w, fmt.Errorf("dedupq/sqs: message %q: %d message attributes with the adapter's own, SQS accepts at most %d", m.ID, n, MaxAttributes)
 	}
-	size := len(body)
-	for k, a := range attrs {
-		size += attrWireSize(k, a)
+	if w.size > maxBytes {
+		return w, fmt.Errorf("dedupq/sqs: message %q is %d bytes as SQS counts it (encoded body plus attribute names, types and values), the queue's MaximumMessageSize is %d: %w",
+			m.ID, w.size, maxBytes, ErrTooLarge)
 	}
-	if size > maxBytes {
-		return e, 0, fmt.Errorf("dedupq/sqs: message %q is %d bytes as SQS counts it (encoded body plus attribute names, types and values), the queue's MaximumMessageSize is %d: %w",
-			m.ID, size, maxBytes, ErrTooLarge)
+	return w, nil
+}
+
+// entry builds the batch entry for message i and reports its size as SQS
+// counts it. The entry's string fields point into strs (entryStrings
+// long), which must outlive it.
+func (t *Topic) entry(i int, m *driver.Message, maxBytes int, strs []string) (types.SendMessageBatchRequestEntry, int, error) {
+	w, err := t.measure(m, maxBytes)
+	if err != nil {
+		return types.SendMessageBatchRequestEntry{}, 0, err
 	}
-	e = types.SendMessageBatchRequestEntry{
-		Id:                     aws.String(strconv.Itoa(i)),
-		MessageBody:            aws.String(body),
-		MessageDeduplicationId: aws.String(id),
-		MessageGroupId:         aws.String(group),
+	enc := w.enc
+	strs[0], strs[1], strs[2], strs[3] = strconv.Itoa(i), encodeBodyAs(m.Body, enc), w.id, w.group
+	e := types.SendMessageBatchRequestEntry{
+		Id:                     &strs[0],
+		MessageBody:            &strs[1],
+		MessageDeduplicationId: &strs[2],
+		MessageGroupId:         &strs[3],
 	}
-	if len(attrs) > 0 {
+	if len(m.Attributes) > 0 || enc != "" || w.hashed {
+		attrs := make(map[string]types.MessageAttributeValue, len(m.Attributes)+2)
+		for k, v := range m.Attributes {
+			attrs[k] = encodeAttr(v)
+		}
+		if enc != "" {
+			attrs[AttrBody] = encodeAttr(enc)
+		}
+		if w.hashed {
+			attrs[AttrID] = encodeAttr(m.ID)
+		}
 		e.MessageAttributes = attrs
 	}
-	return e, size, nil
+	return e, w.size, nil
 }
 
 // send makes one SendMessageBatch request and records each entry's result.
@@ -504,7 +546,7 @@ func (t *Topic) send(ctx context.Context, url string, entries []types.SendMessag
 		}
 		return
 	}
-	answered := make(map[string]bool, len(entries))
+	answered := make([]bool, len(entries))
 	now := time.Now()
 	// Keyed by the MessageId SQS answers with, which repeats only when SQS
 	// kept an earlier message for this dedup ID (in its group, for a
@@ -513,20 +555,21 @@ func (t *Topic) send(ctx context.Context, url string, entries []types.SendMessag
 	// MessageDeduplicationId.
 	w := t.QueueInfo().Window()
 	for _, s := range out.Successful {
-		if i, ok := entryIndex(s.Id, index); ok {
+		if j, ok := entryIndex(s.Id, index); ok {
+			i := index[j]
 			results[i].BackendID = aws.ToString(s.MessageId)
 			results[i].Duplicate = t.seen.Observe(results[i].BackendID, now, w)
-			answered[aws.ToString(s.Id)] = true
+			answered[j] = true
 		}
 	}
 	for _, f := range out.Failed {
-		if i, ok := entryIndex(f.Id, index); ok {
-			results[i].Err = &EntryError{Code: aws.ToString(f.Code), Message: aws.ToString(f.Message), SenderFault: f.SenderFault}
-			answered[aws.ToString(f.Id)] = true
+		if j, ok := entryIndex(f.Id, index); ok {
+			results[index[j]].Err = &EntryError{Code: aws.ToString(f.Code), Message: aws.ToString(f.Message), SenderFault: f.SenderFault}
+			answered[j] = true
 		}
 	}
-	for j, e := range entries {
-		if !answered[aws.ToString(e.Id)] {
+	for j := range entries {
+		if !answered[j] {
 			// Without an answer the message may or may not be stored:
 			// a resend with the same ID is the safe choice.
 			results[index[j]].Err = errors.New("sqs: SendMessageBatch returned no result for this entry")
@@ -535,15 +578,15 @@ func (t *Topic) send(ctx context.Context, url string, entries []types.SendMessag
 }
 
 // entryIndex maps a batch entry Id (the message's index) back to the
-// message, checking that it was in this request.
+// entry's position in this request, checking that it was in it.
 func entryIndex(id *string, index []int) (int, bool) {
 	i, err := strconv.Atoi(aws.ToString(id))
 	if err != nil {
 		return 0, false
 	}
-	for _, j := range index {
-		if j == i {
-			return i, true
+	for j, k := range index {
+		if k == i {
+			return j, true
 		}
 	}
 	return 0, false
