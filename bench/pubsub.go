@@ -1,15 +1,12 @@
 package main
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"fmt"
 	"io"
 	"os"
-	"os/exec"
 	"strconv"
-	"strings"
 	"sync"
 	"time"
 
@@ -19,6 +16,7 @@ import (
 
 	"github.com/dedupq/dedupq"
 	dpubsub "github.com/dedupq/dedupq/adapters/pubsub"
+	"github.com/dedupq/dedupq/internal/childproc"
 )
 
 // pstestChildEnv marks this program (or its test binary) re-executed to
@@ -39,31 +37,7 @@ func servePstest() {
 // ModifyAckDeadline writes a message its StreamingPull is marshalling) stay
 // out of a race-checked test.
 func startPstest() (addr string, stop func(), err error) {
-	exe, err := os.Executable()
-	if err != nil {
-		return "", nil, err
-	}
-	cmd := exec.Command(exe)
-	cmd.Env = append(os.Environ(), pstestChildEnv+"=1")
-	cmd.Stderr = os.Stderr
-	stdin, err := cmd.StdinPipe()
-	if err != nil {
-		return "", nil, err
-	}
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		return "", nil, err
-	}
-	if err := cmd.Start(); err != nil {
-		return "", nil, err
-	}
-	stop = func() { stdin.Close(); _ = cmd.Wait() }
-	line, err := bufio.NewReader(stdout).ReadString('\n')
-	if err != nil {
-		stop()
-		return "", nil, fmt.Errorf("the pstest child printed no address: %w", err)
-	}
-	return strings.TrimSpace(line), stop, nil
+	return childproc.Start(pstestChildEnv + "=1")
 }
 
 // pubsubRows measure Pub/Sub on pstest. dedupq's Publisher runs with

@@ -18,7 +18,6 @@ package pubsub_test
 // and subscriptions made before the port opens.
 
 import (
-	"bufio"
 	"context"
 	"encoding/json"
 	"errors"
@@ -43,6 +42,7 @@ import (
 	"google.golang.org/protobuf/encoding/protojson"
 
 	dpubsub "github.com/dedupq/dedupq/adapters/pubsub"
+	"github.com/dedupq/dedupq/internal/childproc"
 )
 
 const emulatorPackage = "google-cloud-cli-pubsub-emulator"
@@ -169,33 +169,9 @@ func startPstest() (addr string, stop func(), err error) { return startPstestChi
 
 // startPstestChild is startPstest with extra environment for the child.
 func startPstestChild(env []string) (addr string, stop func(), err error) {
-	exe, err := os.Executable()
-	if err != nil {
-		return "", nil, err
-	}
-	cmd := exec.Command(exe)
-	cmd.Env = append(os.Environ(), childEnv+"=1",
-		"GORACE=exitcode=0 log_path="+filepath.Join(os.TempDir(), "dedupq-pstest-race"))
-	cmd.Env = append(cmd.Env, env...)
-	cmd.Stderr = os.Stderr
-	stdin, err := cmd.StdinPipe()
-	if err != nil {
-		return "", nil, err
-	}
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		return "", nil, err
-	}
-	if err := cmd.Start(); err != nil {
-		return "", nil, err
-	}
-	stop = func() { stdin.Close(); _ = cmd.Wait() }
-	line, err := bufio.NewReader(stdout).ReadString('\n')
-	if err != nil {
-		stop()
-		return "", nil, fmt.Errorf("pstest child printed no address: %w", err)
-	}
-	return strings.TrimSpace(line), stop, nil
+	env = append([]string{childEnv + "=1",
+		"GORACE=exitcode=0 log_path=" + filepath.Join(os.TempDir(), "dedupq-pstest-race")}, env...)
+	return childproc.Start(env...)
 }
 
 // findEmulator returns the emulator script from the Debian package.
