@@ -129,8 +129,14 @@ func redeliveryOf(p EntityProperties) window.RedeliveryPolicy {
 	return r
 }
 
-// Receive blocks until at least one message is available and returns up to
-// n, each locked for LockDuration. Attempt is the message's DeliveryCount.
+// Receive blocks until a message is available and returns it, locked for
+// LockDuration; Attempt is the message's DeliveryCount. It takes one
+// message a call whatever n asks: ReceiveMessages leaves the credits it did
+// not use open on the link, and the SDK releases every message that arrives
+// on them before the next call, which the broker counts as a delivery
+// (seen on the AMQP double as a first delivery with attempt 2, under load):
+// enough of them would dead-letter a message no handler ever saw. With one
+// credit a call, none is left open except by a call its context ended.
 func (s *Subscription) Receive(ctx context.Context, n int) ([]*driver.Delivery, error) {
 	s.mu.Lock()
 	closed, lease := s.closed, s.props.LockDuration
@@ -138,9 +144,8 @@ func (s *Subscription) Receive(ctx context.Context, n int) ([]*driver.Delivery, 
 	if closed {
 		return nil, ErrClosed
 	}
-	n = min(max(n, 1), 5000)
 	for {
-		msgs, err := s.recv.ReceiveMessages(ctx, n, nil)
+		msgs, err := s.recv.ReceiveMessages(ctx, 1, nil)
 		if len(msgs) > 0 {
 			out := make([]*driver.Delivery, len(msgs))
 			for i, m := range msgs {
