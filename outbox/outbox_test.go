@@ -489,9 +489,20 @@ func TestCheck(t *testing.T) {
 		{name: "missing", table: randName("outbox_missing_"), wantErr: true},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
-			err := newRelay(t, pool, pub, outbox.Options{Table: tt.table}).Check(context.Background())
+			r := newRelay(t, pool, pub, outbox.Options{Table: tt.table})
+			err := r.Check(context.Background())
 			if (err != nil) != tt.wantErr || (err != nil && !strings.Contains(err.Error(), "EnsureSchema")) {
 				t.Fatalf("Check: %v", err)
+			}
+			if !tt.wantErr {
+				return
+			}
+			// Run fails the same way at once, rather than failing every
+			// batch until its context ends and then returning nil.
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			if err := r.Run(ctx); err == nil || !strings.Contains(err.Error(), "EnsureSchema") || ctx.Err() != nil {
+				t.Fatalf("Run on a missing table: %v (context: %v)", err, ctx.Err())
 			}
 		})
 	}

@@ -356,7 +356,14 @@ func (r *Relay) Sweep(ctx context.Context) (int64, error) {
 // then waits for a NOTIFY from Enqueue or PollInterval, and sweeps sent
 // rows about every KeepSent/24. When ctx ends, the batch in progress is
 // finished (bounded by the lease) and Run returns nil.
+//
+// Run starts with Check: a table that is missing or lacks a column fails
+// Run at once with the fix, instead of failing every batch until someone
+// reads OnError.
 func (r *Relay) Run(ctx context.Context) error {
+	if err := r.Check(ctx); err != nil {
+		return err
+	}
 	conn, err := r.pool.Acquire(ctx)
 	if err != nil {
 		return fmt.Errorf("outbox: listen: %w", err)
