@@ -130,7 +130,10 @@
 // refuses a connection that buffers (see nats.ReconnectBufSize). A send
 // that got no PubAck (timeout, lost connection, cancelled context) is
 // reported retryable; a PubAck that carries an error means the stream
-// refused the message and is not.
+// refused the message and is not. The client keeps nothing of such a
+// send once SendBatch returned: each call publishes on a JetStream
+// context of its own, and one whose publishes went unanswered is cleaned
+// up (CleanupPublisher) and not used again.
 //
 // # Consuming
 //

@@ -2,6 +2,7 @@ package jetstream
 
 import (
 	"fmt"
+	"strconv"
 	"strings"
 
 	"github.com/nats-io/nats.go"
@@ -170,8 +171,9 @@ func toNATS(subject, stream string, m *driver.Message) *nats.Msg {
 // fromNATS reads a consumed message back into a driver message. Headers
 // the server or client own are left out; a header with several values
 // (from a publisher other than dedupq) yields its first. A message without
-// a Nats-Msg-Id gets fallbackID as its ID.
-func fromNATS(subject string, m jetstream.Msg) driver.Message {
+// a Nats-Msg-Id gets fallbackID as its ID. groupPrefix is the topic's
+// subject and a dot: what follows it is the GroupKey.
+func fromNATS(groupPrefix string, m jetstream.Msg) driver.Message {
 	h := m.Headers()
 	out := driver.Message{ID: h.Get(jetstream.MsgIDHeader), Body: m.Data()}
 	if out.ID == "" {
@@ -186,7 +188,7 @@ func fromNATS(subject string, m jetstream.Msg) driver.Message {
 		}
 		out.Attributes[k] = vs[0]
 	}
-	if rest, ok := strings.CutPrefix(m.Subject(), subject+"."); ok {
+	if rest, ok := strings.CutPrefix(m.Subject(), groupPrefix); ok {
 		out.GroupKey = rest
 	}
 	return out
@@ -209,4 +211,39 @@ func fallbackID(m jetstream.Msg) string {
 		return ""
 	}
 	return fmt.Sprintf("stream %s seq %d time %d", meta.Stream, meta.Sequence.Stream, meta.Timestamp.UnixNano())
+}
+
+// ackReplyFields reads the delivery count and the stream sequence from a
+// delivery's reply subject, as the client's Metadata does, without its
+// allocations: seq is the sequence as the server wrote it, a part of
+// reply. ok is false when reply is not a JetStream ack subject, one of
+//
+//	$JS.ACK.<stream>.<consumer>.<delivered>.<sseq>.<cseq>.<time>.<pending>
+//	$JS.ACK.<domain>.<account hash>.<stream>.<consumer>.<delivered>.<sseq>.<cseq>.<time>.<pending>[.<token>…]
+func ackReplyFields(reply string) (delivered uint64, seq string, ok bool) {
+	rest, ok := strings.CutPrefix(reply, "$JS.ACK.")
+	if !ok {
+		return 0, "", false
+	}
+	skip := 2 // stream, consumer
+	switch n := strings.Count(rest, ".") + 1; {
+	case n == 7:
+	case n >= 9:
+		skip = 4 // domain, account hash, stream, consumer
+	default:
+		return 0, "", false
+	}
+	for range skip {
+		_, rest, _ = strings.Cut(rest, ".")
+	}
+	d, rest, _ := strings.Cut(rest, ".")
+	seq, _, _ = strings.Cut(rest, ".")
+	delivered, err := strconv.ParseUint(d, 10, 64)
+	if err != nil {
+		return 0, "", false
+	}
+	if _, err := strconv.ParseUint(seq, 10, 64); err != nil {
+		return 0, "", false
+	}
+	return delivered, seq, true
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"slices"
 	"strconv"
 	"strings"
@@ -36,6 +37,9 @@ type Subscription struct {
 	release func() // set by URLOpener: called once nc is closed
 	js      jetstream.JetStream
 	cfg     Config
+	// groupPrefix is cfg.Subject and a dot, made once rather than per
+	// delivery.
+	groupPrefix string
 
 	// provision serializes Provision; mu guards the fields below it.
 	provision sync.Mutex
@@ -83,7 +87,7 @@ func newSubscription(ctx context.Context, nc *nats.Conn, cfg Config, ownConn boo
 			return nil, err
 		}
 	}
-	s := &Subscription{nc: nc, ownConn: ownConn, js: js, cfg: cfg}
+	s := &Subscription{nc: nc, ownConn: ownConn, js: js, cfg: cfg, groupPrefix: cfg.Subject + "."}
 	s.set(stream, cons)
 	return s, nil
 }
@@ -325,10 +329,9 @@ func (s *Subscription) waitOne(ctx context.Context, cons jetstream.Consumer) (*d
 
 // delivery wraps a consumed message.
 func (s *Subscription) delivery(m jetstream.Msg) *driver.Delivery {
-	d := &driver.Delivery{Message: fromNATS(s.cfg.Subject, m), Handle: m}
-	if meta, err := m.Metadata(); err == nil {
-		d.Attempt = int(meta.NumDelivered)
-		d.BackendID = strconv.FormatUint(meta.Sequence.Stream, 10)
+	d := &driver.Delivery{Message: fromNATS(s.groupPrefix, m), Handle: m}
+	if delivered, seq, ok := ackReplyFields(m.Reply()); ok {
+		d.Attempt, d.BackendID = int(min(delivered, math.MaxInt32)), seq
 	}
 	d.Attempt = max(d.Attempt, 1)
 	s.mu.Lock()

@@ -1,6 +1,7 @@
 package jetstream
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -22,17 +23,14 @@ import (
 // when a stream reports none.
 const DefaultWindow = 2 * time.Minute
 
-// asyncAckTimeout bounds how long the client remembers a publish whose
-// PubAck never came, after SendBatch stopped waiting for it. It only frees
-// memory and pending slots; SendBatch itself waits as long as its context.
-const asyncAckTimeout = time.Minute
-
 // Topic publishes to one subject of one stream. It implements driver.Topic
 // and is safe for concurrent use.
 type Topic struct {
-	nc       *nats.Conn
-	ownConn  bool
-	release  func() // set by URLOpener: called once nc is closed
+	nc      *nats.Conn
+	ownConn bool
+	release func() // set by URLOpener: called once nc is closed
+	// js serves the stream and window lookups; publishes go through
+	// pubs.
 	js       jetstream.JetStream
 	cfg      Config
 	maxBatch int
@@ -54,6 +52,18 @@ type Topic struct {
 	connClosed chan struct{}
 	statusCh   chan nats.Status
 	closeOnce  sync.Once
+
+	// pubs hold the idle publish contexts. A SendBatch takes one for
+	// itself, so that every publish pending on it is that call's: the
+	// call frees those whose PubAck did not come in its context
+	// (CleanupPublisher) without touching another call's, and waits for
+	// all the others on one channel (PublishAsyncComplete). The client's
+	// own per-publish ack timer, which freed them before, is a timer and
+	// a closure per message. pubsClosed is set by Close, after which a
+	// returned context is cleaned up rather than kept.
+	pubsMu     sync.Mutex
+	pubs       []jetstream.JetStream
+	pubsClosed bool
 }
 
 var (
@@ -85,10 +95,7 @@ func newTopic(ctx context.Context, nc *nats.Conn, cfg Config, ownConn bool) (*To
 		return nil, errors.New("jetstream: the server does not support headers, which carry the dedup ID")
 	}
 	maxBatch := cmpOr(cfg.MaxBatch, DefaultMaxBatch)
-	js, err := jetstream.New(nc, jetstream.WithPublishAsyncTimeout(asyncAckTimeout),
-		// Room for a whole batch while the previous one's stragglers are
-		// still pending, so that publishing never stalls inside a batch.
-		jetstream.WithPublishAsyncMaxPending(max(4000, 2*maxBatch)))
+	js, err := jetstream.New(nc)
 	if err != nil {
 		return nil, fmt.Errorf("jetstream: %w", err)
 	}
@@ -189,10 +196,42 @@ func cmpOr(v, def int) int {
 	return def
 }
 
-// SendBatch publishes every message asynchronously, then waits for each
-// PubAck. A message's result is its own: one refused message does not fail
-// the others, and a message whose PubAck did not come before ctx ended is
-// reported retryable, since the stream may have stored it.
+// takePublisher returns an idle publish context, or a new one.
+func (t *Topic) takePublisher() (jetstream.JetStream, error) {
+	t.pubsMu.Lock()
+	if n := len(t.pubs); n > 0 {
+		js := t.pubs[n-1]
+		t.pubs = t.pubs[:n-1]
+		t.pubsMu.Unlock()
+		return js, nil
+	}
+	t.pubsMu.Unlock()
+	// Room for a whole batch: a publish never stalls for a slot, which
+	// only this call's own publishes could hold.
+	return jetstream.New(t.nc, jetstream.WithPublishAsyncMaxPending(t.maxBatch))
+}
+
+// givePublisher takes back a publish context. One with publishes still
+// pending (abandoned: their PubAck did not come in time) is cleaned up,
+// which frees them and drops its reply subscription, and is not reused:
+// a late PubAck for it could otherwise meet a new publish that drew the
+// same reply token.
+func (t *Topic) givePublisher(js jetstream.JetStream, abandoned bool) {
+	t.pubsMu.Lock()
+	if !abandoned && !t.pubsClosed {
+		t.pubs = append(t.pubs, js)
+		t.pubsMu.Unlock()
+		return
+	}
+	t.pubsMu.Unlock()
+	js.CleanupPublisher()
+}
+
+// SendBatch publishes every message asynchronously, then waits for the
+// PubAcks. A message's result is its own: one refused message does not
+// fail the others, and a message whose PubAck did not come before ctx
+// ended is reported retryable, since the stream may have stored it; the
+// client forgets it when SendBatch returns.
 func (t *Topic) SendBatch(ctx context.Context, msgs []*driver.Message) ([]driver.SendResult, error) {
 	if len(msgs) > t.maxBatch {
 		return nil, fmt.Errorf("jetstream: batch of %d messages exceeds MaxBatch %d", len(msgs), t.maxBatch)
@@ -203,8 +242,13 @@ func (t *Topic) SendBatch(ctx context.Context, msgs []*driver.Message) ([]driver
 			return nil, err
 		}
 	}
+	js, err := t.takePublisher()
+	if err != nil {
+		return nil, fmt.Errorf("jetstream: %w", err)
+	}
 	res := make([]driver.SendResult, len(msgs))
 	futures := make([]jetstream.PubAckFuture, len(msgs))
+	sent := false
 	for i, m := range msgs {
 		if err := ctx.Err(); err != nil {
 			res[i].Err = context.Cause(ctx)
@@ -214,45 +258,57 @@ func (t *Topic) SendBatch(ctx context.Context, msgs []*driver.Message) ([]driver
 			res[i].Err = err
 			continue
 		}
-		f, err := t.js.PublishMsgAsync(toNATS(t.cfg.Subject, t.cfg.Stream, m), t.pubOpts...)
+		f, err := js.PublishMsgAsync(toNATS(t.cfg.Subject, t.cfg.Stream, m), t.pubOpts...)
 		if err != nil {
 			// Not handed to the connection: what err says is the truth.
 			res[i].Err = fmt.Errorf("jetstream: publish: %w", err)
 			continue
 		}
-		futures[i] = f
+		futures[i], sent = f, true
 	}
+	if !sent {
+		t.givePublisher(js, false)
+		return res, nil
+	}
+	// The context's pending publishes are this call's alone, so its
+	// completion is the last of them answered.
+	var gaveUp error
+	select {
+	case <-js.PublishAsyncComplete():
+	case <-ctx.Done():
+		gaveUp = context.Cause(ctx)
+	case <-t.connClosed:
+		gaveUp = nats.ErrConnectionClosed
+	}
+	abandoned := false
 	for i, f := range futures {
-		if f != nil {
-			res[i] = t.await(ctx, f)
+		if f == nil {
+			continue
+		}
+		// An answer that is there wins over a context that ended
+		// meanwhile. Err is asked for only when Ok has nothing: each
+		// makes a channel.
+		select {
+		case ack := <-f.Ok():
+			res[i] = ackResult(ack)
+			continue
+		default:
+		}
+		select {
+		case err := <-f.Err():
+			res[i].Err = pubAckError(err)
+		default:
+			abandoned = true
+			res[i].Err = &noAnswerError{cmp.Or(gaveUp, errNoPubAck)}
 		}
 	}
+	t.givePublisher(js, abandoned)
 	return res, nil
 }
 
-// await waits for one PubAck.
-func (t *Topic) await(ctx context.Context, f jetstream.PubAckFuture) driver.SendResult {
-	ok, errc := f.Ok(), f.Err()
-	// An answer that is already there wins over a context that ended
-	// meanwhile.
-	select {
-	case ack := <-ok:
-		return ackResult(ack)
-	case err := <-errc:
-		return driver.SendResult{Err: pubAckError(err)}
-	default:
-	}
-	select {
-	case ack := <-ok:
-		return ackResult(ack)
-	case err := <-errc:
-		return driver.SendResult{Err: pubAckError(err)}
-	case <-ctx.Done():
-		return driver.SendResult{Err: &noAnswerError{context.Cause(ctx)}}
-	case <-t.connClosed:
-		return driver.SendResult{Err: &noAnswerError{nats.ErrConnectionClosed}}
-	}
-}
+// errNoPubAck stands for a PubAck missing although the client reported
+// every publish answered, which it should never do.
+var errNoPubAck = errors.New("jetstream: the client reported a publish answered but holds no answer for it")
 
 func ackResult(ack *jetstream.PubAck) driver.SendResult {
 	return driver.SendResult{BackendID: strconv.FormatUint(ack.Sequence, 10), Duplicate: ack.Duplicate}
@@ -296,6 +352,15 @@ func (t *Topic) IsRetryable(err error) bool { return isRetryable(err) }
 // Close releases the topic, and the connection when the topic dialled it.
 func (t *Topic) Close() error {
 	t.closeOnce.Do(func() {
+		t.pubsMu.Lock()
+		idle := t.pubs
+		t.pubs, t.pubsClosed = nil, true
+		t.pubsMu.Unlock()
+		// Their reply subscriptions would stay on a connection the
+		// caller keeps.
+		for _, js := range idle {
+			js.CleanupPublisher()
+		}
 		t.nc.RemoveStatusListener(t.statusCh)
 		if t.ownConn {
 			t.nc.Close()
