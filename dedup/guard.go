@@ -95,6 +95,8 @@ type Guard struct {
 	clock clock.Clock
 	log   *slog.Logger
 	store Store // opts.Store, timed
+	// leases extends the claims of the handlers running, on one timer.
+	leases *clock.Scheduler
 	m     guardMetrics
 	stats struct {
 		ran, failed, suppressed, deferred, conflicts, bypassed, unrecorded, unavailable, emptyKey atomic.Uint64
@@ -137,7 +139,8 @@ func NewGuard(opts GuardOptions) (*Guard, error) {
 	}
 	gm, meter := newGuardMetrics(opts.MeterProvider, opts.Store)
 	store := newTimedStore(opts.Store, meter, gm.store)
-	return &Guard{opts: opts, clock: clock.Or(opts.Clock), log: log, store: store, m: gm}, nil
+	c := clock.Or(opts.Clock)
+	return &Guard{opts: opts, clock: c, log: log, store: store, leases: clock.NewScheduler(c), m: gm}, nil
 }
 
 // TTL is how long a completed key is remembered.
@@ -370,10 +373,10 @@ func (g *Guard) run(ctx context.Context, h dedupq.Handler, d *dedupq.Delivery, k
 }
 
 // claimKeeper extends a claim every third of its lease while its handler
-// runs, on a clock timer: no goroutine waits per delivery. If the claim is
-// lost it cancels the handler's context with ErrLeaseLost.
+// runs, on the Guard's Scheduler: no timer or goroutine per delivery. If
+// the claim is lost it cancels the handler's context with ErrLeaseLost.
 type claimKeeper struct {
-	clock.Repeater
+	clock.Job
 	g          *Guard
 	ctx        context.Context
 	cancel     context.CancelCauseFunc
@@ -385,7 +388,7 @@ type claimKeeper struct {
 // keepClaimed starts extending the claim until stopAndLost is called.
 func (g *Guard) keepClaimed(ctx context.Context, cancel context.CancelCauseFunc, key, token string, lease time.Duration) *claimKeeper {
 	k := &claimKeeper{g: g, ctx: ctx, cancel: cancel, key: key, token: token, lease: lease}
-	k.Start(g.clock, lease/3, k.extend)
+	g.leases.Repeat(&k.Job, lease/3, k.extend)
 	return k
 }
 
