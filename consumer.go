@@ -12,6 +12,7 @@ import (
 
 	"github.com/dedupq/dedupq/clock"
 	"github.com/dedupq/dedupq/driver"
+	"github.com/dedupq/dedupq/internal/settlectx"
 	"github.com/dedupq/dedupq/window"
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/metric"
@@ -461,8 +462,8 @@ func (c *Consumer) handle(ctx context.Context, p *pipeline, lease *leaseKeeper, 
 // settleDelivery acks, nacks or terminates d by its handler's result err,
 // retrying within SettleTimeout, and counts and logs the outcome.
 func (c *Consumer) settleDelivery(ctx context.Context, d *driver.Delivery, err error) {
-	sctx := newSettleCtx(context.WithoutCancel(ctx), c.opts.SettleTimeout)
-	defer sctx.release()
+	sctx := settlectx.New(ctx, c.opts.SettleTimeout)
+	defer sctx.Release()
 	var what string
 	var delay time.Duration
 	switch {
