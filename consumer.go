@@ -430,7 +430,10 @@ func (c *Consumer) handle(ctx context.Context, p *pipeline, lease *leaseKeeper, 
 	ctx, span := c.tel.startDelivery(ctx, d)
 	defer span.End()
 	lease.start(ctx, d)
-	err := safeCall(ctx, p.h, fromDriverDelivery(d))
+	// The handler's copy and the settle's context in one allocation.
+	in := new(inflight)
+	copyDelivery(&in.d, d)
+	err := safeCall(ctx, p.h, &in.d)
 	for n := 1; errors.Is(err, ErrUnavailable) && !IsPermanent(err); n++ {
 		wait := receiveBackoff(n)
 		c.log.Debug("dedupq: handler dependency unavailable; holding the delivery and trying again", "id", d.Message.ID, "err", err, "wait", wait)
@@ -444,7 +447,7 @@ func (c *Consumer) handle(ctx context.Context, p *pipeline, lease *leaseKeeper, 
 		span.SetStatus(codes.Error, err.Error())
 	}
 	if p.settles == nil {
-		c.settleDelivery(ctx, d, err)
+		c.settleDelivery(ctx, &in.sctx, d, err)
 		<-p.slots
 		return
 	}
@@ -455,14 +458,22 @@ func (c *Consumer) handle(ctx context.Context, p *pipeline, lease *leaseKeeper, 
 	}
 	p.settles <- struct{}{}
 	<-p.slots
-	c.settleDelivery(ctx, d, err)
+	c.settleDelivery(ctx, &in.sctx, d, err)
 	<-p.settles
 }
 
+// inflight is what one delivery allocates: the handler's copy of it and
+// the context of its settle.
+type inflight struct {
+	d    Delivery
+	sctx settlectx.Ctx
+}
+
 // settleDelivery acks, nacks or terminates d by its handler's result err,
-// retrying within SettleTimeout, and counts and logs the outcome.
-func (c *Consumer) settleDelivery(ctx context.Context, d *driver.Delivery, err error) {
-	sctx := settlectx.New(ctx, c.opts.SettleTimeout)
+// retrying within SettleTimeout (on sctx, a zero Ctx it sets up), and
+// counts and logs the outcome.
+func (c *Consumer) settleDelivery(ctx context.Context, sctx *settlectx.Ctx, d *driver.Delivery, err error) {
+	sctx.Init(ctx, c.opts.SettleTimeout)
 	defer sctx.Release()
 	var what string
 	var delay time.Duration

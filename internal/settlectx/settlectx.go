@@ -26,7 +26,15 @@ type Ctx struct {
 // New returns a Ctx with parent's values, without its cancellation, that
 // expires timeout from now. Call Release once done with it.
 func New(parent context.Context, timeout time.Duration) *Ctx {
-	return &Ctx{Context: context.WithoutCancel(parent), deadline: time.Now().Add(timeout)}
+	c := new(Ctx)
+	c.Init(parent, timeout)
+	return c
+}
+
+// Init is New on a zero Ctx, for one allocated with something else of its
+// caller's.
+func (c *Ctx) Init(parent context.Context, timeout time.Duration) {
+	c.Context, c.deadline = context.WithoutCancel(parent), time.Now().Add(timeout)
 }
 
 func (c *Ctx) Deadline() (time.Time, bool) { return c.deadline, true }
