@@ -12,6 +12,7 @@ import (
 
 	"github.com/dedupq/dedupq/clock"
 	"github.com/dedupq/dedupq/driver"
+	"github.com/dedupq/dedupq/internal/settlectx"
 	"github.com/dedupq/dedupq/window"
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/metric"
@@ -242,13 +243,18 @@ func (c *Consumer) Run(ctx context.Context, h Handler) error {
 	// stack, once grown by the handler and the driver, stays grown. Every
 	// busy worker holds a handler slot or a settle token, so a delivery
 	// (which holds a slot) always finds an idle worker.
+	// One timer extends the leases of every delivery in flight.
+	leases := clock.NewScheduler(c.clock)
+	defer leases.Stop()
 	work := make(chan *driver.Delivery)
 	wg.Add(workers)
 	for range workers {
 		go func() {
 			defer wg.Done()
+			k := &leaseKeeper{c: c, s: leases}
+			k.extend = k.run
 			for d := range work {
-				c.handle(hctx, p, d)
+				c.handle(hctx, p, k, d)
 			}
 		}()
 	}
@@ -419,12 +425,15 @@ type pipeline struct {
 // ErrUnavailable, it runs it again after a backoff (receiveBackoff's),
 // holding the delivery, until p.stopping (Run's context) is done; only then
 // is such a delivery nacked.
-func (c *Consumer) handle(ctx context.Context, p *pipeline, d *driver.Delivery) {
+func (c *Consumer) handle(ctx context.Context, p *pipeline, lease *leaseKeeper, d *driver.Delivery) {
 	c.stats.received.Add(1)
 	ctx, span := c.tel.startDelivery(ctx, d)
 	defer span.End()
-	lease := c.keepLeased(ctx, d)
-	err := safeCall(ctx, p.h, fromDriverDelivery(d))
+	lease.start(ctx, d)
+	// The handler's copy and the settle's context in one allocation.
+	in := new(inflight)
+	copyDelivery(&in.d, d)
+	err := safeCall(ctx, p.h, &in.d)
 	for n := 1; errors.Is(err, ErrUnavailable) && !IsPermanent(err); n++ {
 		wait := receiveBackoff(n)
 		c.log.Debug("dedupq: handler dependency unavailable; holding the delivery and trying again", "id", d.Message.ID, "err", err, "wait", wait)
@@ -433,14 +442,12 @@ func (c *Consumer) handle(ctx context.Context, p *pipeline, d *driver.Delivery) 
 		}
 		err = safeCall(ctx, p.h, fromDriverDelivery(d))
 	}
-	if lease != nil {
-		lease.Stop()
-	}
+	lease.stop()
 	if err != nil {
 		span.SetStatus(codes.Error, err.Error())
 	}
 	if p.settles == nil {
-		c.settleDelivery(ctx, d, err)
+		c.settleDelivery(ctx, &in.sctx, d, err)
 		<-p.slots
 		return
 	}
@@ -451,15 +458,23 @@ func (c *Consumer) handle(ctx context.Context, p *pipeline, d *driver.Delivery) 
 	}
 	p.settles <- struct{}{}
 	<-p.slots
-	c.settleDelivery(ctx, d, err)
+	c.settleDelivery(ctx, &in.sctx, d, err)
 	<-p.settles
 }
 
+// inflight is what one delivery allocates: the handler's copy of it and
+// the context of its settle.
+type inflight struct {
+	d    Delivery
+	sctx settlectx.Ctx
+}
+
 // settleDelivery acks, nacks or terminates d by its handler's result err,
-// retrying within SettleTimeout, and counts and logs the outcome.
-func (c *Consumer) settleDelivery(ctx context.Context, d *driver.Delivery, err error) {
-	sctx := newSettleCtx(context.WithoutCancel(ctx), c.opts.SettleTimeout)
-	defer sctx.release()
+// retrying within SettleTimeout (on sctx, a zero Ctx it sets up), and
+// counts and logs the outcome.
+func (c *Consumer) settleDelivery(ctx context.Context, sctx *settlectx.Ctx, d *driver.Delivery, err error) {
+	sctx.Init(ctx, c.opts.SettleTimeout)
+	defer sctx.Release()
 	var what string
 	var delay time.Duration
 	switch {
@@ -530,24 +545,46 @@ func (c *Consumer) settle(ctx context.Context, what string, d *driver.Delivery, 
 	}
 }
 
-// keepLeased extends d's lease at half its length, on a clock timer (no
-// goroutine waits per delivery), until the returned Repeater is stopped. It
-// returns nil when d has no lease.
-func (c *Consumer) keepLeased(ctx context.Context, d *driver.Delivery) *clock.Repeater {
+// leaseKeeper extends the lease of its worker's delivery at half its
+// length, on the Run's Scheduler (no timer or goroutine per delivery), from
+// start until stop. A worker reuses its own for each of its deliveries.
+type leaseKeeper struct {
+	c      *Consumer
+	s      *clock.Scheduler
+	job    clock.Job
+	extend func() bool // k.run, bound once per worker
+	ctx    context.Context
+	d      *driver.Delivery // nil when d has no lease
+}
+
+func (k *leaseKeeper) start(ctx context.Context, d *driver.Delivery) {
 	if d.Lease <= 0 {
-		return nil
+		return
 	}
-	return clock.Repeat(c.clock, d.Lease/2, func() bool {
-		err := c.sub.Extend(ctx, d, d.Lease)
-		if errors.Is(err, errors.ErrUnsupported) {
-			return false
-		}
-		c.countExtension(ctx, err)
-		if err != nil {
-			c.log.Warn("dedupq: extending a delivery's lease failed", "id", d.Message.ID, "err", err)
-		}
-		return true
-	})
+	k.ctx, k.d = ctx, d
+	k.s.Repeat(&k.job, d.Lease/2, k.extend)
+}
+
+// stop ends the extensions, waiting for one in progress.
+func (k *leaseKeeper) stop() {
+	if k.d == nil {
+		return
+	}
+	k.job.Stop()
+	k.ctx, k.d = nil, nil
+}
+
+func (k *leaseKeeper) run() bool {
+	c, d := k.c, k.d
+	err := c.sub.Extend(k.ctx, d, d.Lease)
+	if errors.Is(err, errors.ErrUnsupported) {
+		return false
+	}
+	c.countExtension(k.ctx, err)
+	if err != nil {
+		c.log.Warn("dedupq: extending a delivery's lease failed", "id", d.Message.ID, "err", err)
+	}
+	return true
 }
 
 // countExtension records one lease extension in Stats and on the meter.

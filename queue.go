@@ -98,7 +98,13 @@ func toDriverMessage(m *Message, dm *driver.Message) {
 }
 
 func fromDriverDelivery(d *driver.Delivery) *Delivery {
-	return &Delivery{
+	out := new(Delivery)
+	copyDelivery(out, d)
+	return out
+}
+
+func copyDelivery(out *Delivery, d *driver.Delivery) {
+	*out = Delivery{
 		Message: Message{
 			ID: d.Message.ID, Body: d.Message.Body,
 			Attributes: d.Message.Attributes, GroupKey: d.Message.GroupKey,

@@ -143,7 +143,7 @@ func (f *Fake) Advance(d time.Duration) {
 
 // Waiters is the number of timers, AfterFunc's included, that have not
 // fired or been stopped. A test polls it to know that a goroutine (or a
-// Repeater) is waiting before it advances the clock.
+// Scheduler) is waiting before it advances the clock.
 func (f *Fake) Waiters() int {
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -169,58 +169,4 @@ func (t *fakeTimer) Stop() bool {
 		}
 	}
 	return false
-}
-
-// Repeater calls a func periodically on a Clock's AfterFunc, so that a job
-// repeated for as long as a delivery is handled (a lease extension) costs a
-// pending timer, not a parked goroutine. See Repeat.
-type Repeater struct {
-	c       Clock
-	every   time.Duration
-	f       func() bool
-	fire    func()     // r.run, bound once so that re-arming does not allocate it again
-	mu      sync.Mutex // held while f runs, so that Stop waits for a call in progress
-	t       Timer
-	stopped bool
-}
-
-// Repeat calls f every d (each time d after the previous call returned)
-// until f returns false or Stop is called.
-func Repeat(c Clock, d time.Duration, f func() bool) *Repeater {
-	r := new(Repeater)
-	r.Start(c, d, f)
-	return r
-}
-
-// Start is Repeat on a zero Repeater, for one embedded in a struct of its
-// caller's (one allocation less per repetition set up). It must be called
-// once, before Stop.
-func (r *Repeater) Start(c Clock, d time.Duration, f func() bool) {
-	r.c, r.every, r.f = c, d, f
-	r.fire = r.run
-	r.mu.Lock()
-	r.t = c.AfterFunc(d, r.fire)
-	r.mu.Unlock()
-}
-
-func (r *Repeater) run() {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if r.stopped {
-		return
-	}
-	if !r.f() {
-		r.stopped = true
-		return
-	}
-	r.t = r.c.AfterFunc(r.every, r.fire)
-}
-
-// Stop ends the repetition. It waits for a call of f in progress, so that
-// none runs once Stop has returned; f must therefore not call Stop.
-func (r *Repeater) Stop() {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	r.stopped = true
-	r.t.Stop()
 }

@@ -7,11 +7,13 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/dedupq/dedupq"
 	"github.com/dedupq/dedupq/clock"
+	"github.com/dedupq/dedupq/internal/settlectx"
 	"go.opentelemetry.io/otel/metric"
 )
 
@@ -95,8 +97,12 @@ type Guard struct {
 	clock clock.Clock
 	log   *slog.Logger
 	store Store // opts.Store, timed
-	m     guardMetrics
-	stats struct {
+	// leases extends the claims of the handlers running, on one timer;
+	// keepers holds their stopped *claimKeepers for reuse.
+	leases  *clock.Scheduler
+	keepers sync.Pool
+	m       guardMetrics
+	stats   struct {
 		ran, failed, suppressed, deferred, conflicts, bypassed, unrecorded, unavailable, emptyKey atomic.Uint64
 	}
 	// down is set while the store is failing claims, so that the outage is
@@ -137,7 +143,8 @@ func NewGuard(opts GuardOptions) (*Guard, error) {
 	}
 	gm, meter := newGuardMetrics(opts.MeterProvider, opts.Store)
 	store := newTimedStore(opts.Store, meter, gm.store)
-	return &Guard{opts: opts, clock: clock.Or(opts.Clock), log: log, store: store, m: gm}, nil
+	c := clock.Or(opts.Clock)
+	return &Guard{opts: opts, clock: c, log: log, store: store, leases: clock.NewScheduler(c), m: gm}, nil
 }
 
 // TTL is how long a completed key is remembered.
@@ -321,8 +328,9 @@ func (g *Guard) run(ctx context.Context, h dedupq.Handler, d *dedupq.Delivery, k
 	hctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	claim := g.keepClaimed(hctx, cancel, key, token, lease)
-	sctx, cancelSettle := context.WithTimeout(context.WithoutCancel(ctx), g.opts.SettleTimeout)
-	defer cancelSettle()
+	defer g.keepers.Put(claim) // deferred first: runs after the release below
+	sctx := settlectx.New(ctx, g.opts.SettleTimeout)
+	defer sctx.Release()
 
 	completed := false
 	defer func() {
@@ -370,10 +378,11 @@ func (g *Guard) run(ctx context.Context, h dedupq.Handler, d *dedupq.Delivery, k
 }
 
 // claimKeeper extends a claim every third of its lease while its handler
-// runs, on a clock timer: no goroutine waits per delivery. If the claim is
-// lost it cancels the handler's context with ErrLeaseLost.
+// runs, on the Guard's Scheduler: no timer or goroutine per delivery. If
+// the claim is lost it cancels the handler's context with ErrLeaseLost.
 type claimKeeper struct {
-	clock.Repeater
+	clock.Job
+	tick       func() bool // k.extend, bound once: keepers are reused
 	g          *Guard
 	ctx        context.Context
 	cancel     context.CancelCauseFunc
@@ -384,8 +393,14 @@ type claimKeeper struct {
 
 // keepClaimed starts extending the claim until stopAndLost is called.
 func (g *Guard) keepClaimed(ctx context.Context, cancel context.CancelCauseFunc, key, token string, lease time.Duration) *claimKeeper {
-	k := &claimKeeper{g: g, ctx: ctx, cancel: cancel, key: key, token: token, lease: lease}
-	k.Start(g.clock, lease/3, k.extend)
+	k, _ := g.keepers.Get().(*claimKeeper)
+	if k == nil {
+		k = &claimKeeper{g: g}
+		k.tick = k.extend
+	}
+	k.ctx, k.cancel, k.key, k.token, k.lease = ctx, cancel, key, token, lease
+	k.lost.Store(false)
+	g.leases.Repeat(&k.Job, lease/3, k.tick)
 	return k
 }
 
@@ -403,8 +418,10 @@ func (k *claimKeeper) extend() bool {
 }
 
 // stopAndLost stops extending (waiting for an extension in progress) and
-// reports whether the claim was lost.
+// reports whether the claim was lost. Once stopped, k may go back to
+// g.keepers: the Job runs nothing of a stopped repetition.
 func (k *claimKeeper) stopAndLost() bool {
 	k.Stop()
+	k.ctx, k.cancel = nil, nil // not kept alive by the pool
 	return k.lost.Load()
 }

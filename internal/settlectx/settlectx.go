@@ -1,4 +1,6 @@
-package dedupq
+// Package settlectx gives the settle calls made after a handler returned
+// (an ack, a dedup completion) a context that is cheap to make.
+package settlectx
 
 import (
 	"context"
@@ -6,12 +8,12 @@ import (
 	"time"
 )
 
-// settleCtx is the context of one settle: its parent's values, no
+// Ctx is the context of one settle: its parent's values, no
 // cancellation from it, and a deadline. Unlike context.WithTimeout it arms
 // no timer until something asks for Done: most drivers ack an in-memory
 // or already-received delivery without ever waiting on the context, and
 // the timer and its closures were most of a settle's allocations.
-type settleCtx struct {
+type Ctx struct {
 	context.Context // the parent, through context.WithoutCancel
 	deadline        time.Time
 
@@ -21,13 +23,23 @@ type settleCtx struct {
 	err   error
 }
 
-func newSettleCtx(parent context.Context, timeout time.Duration) *settleCtx {
-	return &settleCtx{Context: parent, deadline: time.Now().Add(timeout)}
+// New returns a Ctx with parent's values, without its cancellation, that
+// expires timeout from now. Call Release once done with it.
+func New(parent context.Context, timeout time.Duration) *Ctx {
+	c := new(Ctx)
+	c.Init(parent, timeout)
+	return c
 }
 
-func (c *settleCtx) Deadline() (time.Time, bool) { return c.deadline, true }
+// Init is New on a zero Ctx, for one allocated with something else of its
+// caller's.
+func (c *Ctx) Init(parent context.Context, timeout time.Duration) {
+	c.Context, c.deadline = context.WithoutCancel(parent), time.Now().Add(timeout)
+}
 
-func (c *settleCtx) Done() <-chan struct{} {
+func (c *Ctx) Deadline() (time.Time, bool) { return c.deadline, true }
+
+func (c *Ctx) Done() <-chan struct{} {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.done == nil {
@@ -46,7 +58,7 @@ func (c *settleCtx) Done() <-chan struct{} {
 	return c.done
 }
 
-func (c *settleCtx) Err() error {
+func (c *Ctx) Err() error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.err == nil && !time.Now().Before(c.deadline) {
@@ -55,7 +67,7 @@ func (c *settleCtx) Err() error {
 	return c.err
 }
 
-func (c *settleCtx) expireLocked() {
+func (c *Ctx) expireLocked() {
 	if c.err != nil {
 		return
 	}
@@ -65,8 +77,8 @@ func (c *settleCtx) expireLocked() {
 	}
 }
 
-// release stops c's timer, if one was armed; c must not be used after.
-func (c *settleCtx) release() {
+// Release stops c's timer, if one was armed; c must not be used after.
+func (c *Ctx) Release() {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.timer != nil {

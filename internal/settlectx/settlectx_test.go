@@ -1,4 +1,5 @@
-package dedupq
+// The settle context against the real clock: no services.
+package settlectx
 
 import (
 	"context"
@@ -26,8 +27,8 @@ func TestSettleCtx(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			c := newSettleCtx(context.WithoutCancel(parent), tt.timeout)
-			defer c.release()
+			c := New(parent, tt.timeout)
+			defer c.Release()
 			if tt.doneFst {
 				c.Done()
 			}
@@ -57,8 +58,8 @@ func TestSettleCtx(t *testing.T) {
 // TestSettleCtxTimerFires checks that a Done asked for before the deadline
 // closes when it passes.
 func TestSettleCtxTimerFires(t *testing.T) {
-	c := newSettleCtx(context.Background(), 10*time.Millisecond)
-	defer c.release()
+	c := New(context.Background(), 10*time.Millisecond)
+	defer c.Release()
 	select {
 	case <-c.Done():
 	case <-time.After(time.Minute):
