@@ -5,6 +5,7 @@ package claimtoken
 import (
 	"crypto/rand"
 	"encoding/hex"
+	"strings"
 )
 
 // RandLen is the length of a token's random part, in hex digits.
@@ -16,7 +17,15 @@ const RandLen = 32
 func New(fingerprint string) string {
 	var b [RandLen / 2]byte
 	_, _ = rand.Read(b[:])
-	return hex.EncodeToString(b[:]) + fingerprint
+	var h [RandLen]byte
+	hex.Encode(h[:], b[:])
+	// One allocation per claim, where EncodeToString and the concatenation
+	// made two.
+	var t strings.Builder
+	t.Grow(RandLen + len(fingerprint))
+	t.Write(h[:])
+	t.WriteString(fingerprint)
+	return t.String()
 }
 
 // Fingerprint returns the fingerprint carried by token, and false for a
