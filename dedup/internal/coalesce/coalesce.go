@@ -150,10 +150,11 @@ type Batcher[R Request] struct {
 
 	max   int
 	slots chan struct{}
-	// wake rouses a flusher that waits for work (see linger); idle counts
+	// wake rouses a flusher that waits for work (for linger); idle counts
 	// those that do.
 	wake      chan struct{}
 	idle      atomic.Int32
+	linger    time.Duration
 	flush     func(ctx context.Context, batch []R)
 	abandoned func(late []R)
 
@@ -167,7 +168,7 @@ type Batcher[R Request] struct {
 // on a goroutine of its own, with the requests of a flush that were settled
 // after their callers gave up.
 func New[R Request](maxBatch, inFlight int, flush func(context.Context, []R), abandoned func(late []R)) *Batcher[R] {
-	return &Batcher[R]{max: maxBatch, slots: make(chan struct{}, inFlight), wake: make(chan struct{}, 1), flush: flush, abandoned: abandoned}
+	return &Batcher[R]{max: maxBatch, slots: make(chan struct{}, inFlight), wake: make(chan struct{}, 1), linger: linger, flush: flush, abandoned: abandoned}
 }
 
 // linger is how long a flusher whose queue ran dry waits for more work
@@ -260,9 +261,9 @@ func (b *Batcher[R]) run() {
 		woke = len(reqs)
 		if len(reqs) == 0 {
 			if idle == nil {
-				idle = time.NewTimer(linger)
+				idle = time.NewTimer(b.linger)
 			} else {
-				idle.Reset(linger)
+				idle.Reset(b.linger)
 			}
 			b.idle.Add(1)
 			if b.Queued() > 0 {
