@@ -78,6 +78,8 @@ package redisstore
 
 import (
 	"context"
+	"crypto/sha1"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"strconv"
@@ -166,25 +168,35 @@ func record(state byte, until time.Time, token string, result []byte) string {
 	if !until.IsZero() {
 		ms = until.UnixMilli()
 	}
-	b := make([]byte, 0, headerLen+len(fp)+len(result))
-	b = append(b, state)
-	b = appendHex(b, uint64(ms), 16)
-	b = append(b, token[:claimtoken.RandLen]...)
-	b = appendHex(b, uint64(len(fp)), 8)
-	b = append(b, fp...)
-	b = append(b, result...)
-	return string(b)
+	// A Builder hands its buffer over as the string: one allocation per
+	// record, where building a []byte and converting it made two.
+	var b strings.Builder
+	b.Grow(headerLen + len(fp) + len(result))
+	b.WriteByte(state)
+	writeHex(&b, uint64(ms), 16)
+	b.WriteString(token[:claimtoken.RandLen])
+	writeHex(&b, uint64(len(fp)), 8)
+	b.WriteString(fp)
+	b.Write(result)
+	return b.String()
 }
 
-// appendHex appends v as width lowercase hex digits, zero-padded (v fits:
+// writeHex writes v as width lowercase hex digits, zero-padded (v fits:
 // a Unix millisecond or a fingerprint's length). fmt's %016x cost an
 // allocation or two per record on every claim and completion.
-func appendHex(b []byte, v uint64, width int) []byte {
+func writeHex(b *strings.Builder, v uint64, width int) {
 	const digits = "0123456789abcdef"
 	for i := width - 1; i >= 0; i-- {
-		b = append(b, digits[(v>>(4*uint(i)))&0xf])
+		b.WriteByte(digits[(v>>(4*uint(i)))&0xf])
 	}
-	return b
+}
+
+// hex16 is v as 16 hex digits, as writeHex writes it.
+func hex16(v uint64) string {
+	var b strings.Builder
+	b.Grow(16)
+	writeHex(&b, v, 16)
+	return b.String()
 }
 
 const headerLen = 1 + 16 + claimtoken.RandLen + 8
@@ -217,9 +229,21 @@ func parseRecord(v string) (dedup.Claim, error) {
 // The token's random part sits at bytes 18..49 (1-based, as Lua counts) of
 // a record.
 
+// script is a Lua script, sent by its SHA-1 (EVALSHA) and whole (EVAL)
+// only when the server does not know it yet. The store builds the
+// EVALSHA command itself, in one slice, instead of going through
+// redis.Script, whose keys and argument slices cost three more
+// allocations per call.
+type script struct{ src, hash string }
+
+func newScript(src string) *script {
+	sum := sha1.Sum([]byte(src))
+	return &script{src: src, hash: hex.EncodeToString(sum[:])}
+}
+
 // claimScript is SET NX GET PX for servers older than 7.0. KEYS[1]; ARGV
 // record, lease ms. Answers nil when acquired, else the record found.
-var claimScript = redis.NewScript(`
+var claimScript = newScript(`
 local v = redis.call('GET', KEYS[1])
 if v then return v end
 redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
@@ -231,7 +255,7 @@ return false
 
 // extendScript: KEYS[1]; ARGV token's random part, lease ms, new lease end
 // (16 hex digits), record to write if gone. 0 = lost.
-var extendScript = redis.NewScript(`
+var extendScript = newScript(`
 local v = redis.call('GET', KEYS[1])
 if not v then
   redis.call('SET', KEYS[1], ARGV[4], 'PX', ARGV[2])
@@ -245,7 +269,7 @@ return 1
 
 // completeScript: KEYS[1]; ARGV token's random part, ttl ms, completed
 // record. 0 = lost.
-var completeScript = redis.NewScript(`
+var completeScript = newScript(`
 local v = redis.call('GET', KEYS[1])
 if v and string.sub(v, 18, 49) ~= ARGV[1] then return 0 end
 redis.call('SET', KEYS[1], ARGV[3], 'PX', ARGV[2])
@@ -255,7 +279,7 @@ return 1
 // releaseScript: KEYS[1]; ARGV token's random part. 0 = lost. A completion
 // stays: its holder releasing it is a bug, and forgetting it would repeat
 // the effect.
-var releaseScript = redis.NewScript(`
+var releaseScript = newScript(`
 local v = redis.call('GET', KEYS[1])
 if not v then return 1 end
 if string.sub(v, 18, 49) ~= ARGV[1] then return 0 end
@@ -263,12 +287,11 @@ if string.sub(v, 1, 1) == 'p' then redis.call('DEL', KEYS[1]) end
 return 1
 `)
 
-// call is one command, queued for a pipeline: a script run, or a plain
-// command when script is nil.
+// call is one command, queued for a pipeline: EVALSHA of script, or a
+// plain command when script is nil. args is the whole command.
 type call struct {
 	coalesce.Call
-	script *redis.Script
-	keys   []string
+	script *script
 	args   []any
 	// claim is the dedup key and token of a Claim, for undoing it.
 	claim struct{ key, token string }
@@ -279,30 +302,35 @@ type call struct {
 	gaveUp bool
 }
 
-// sender is what both a client and a pipeline can send a call to.
-type sender interface {
-	redis.Scripter
-	Do(ctx context.Context, args ...any) *redis.Cmd
+// scriptCall makes the EVALSHA call of sc on key with the arguments argv.
+func (s *Store) scriptCall(sc *script, key string, argv ...any) *call {
+	args := make([]any, 4+len(argv))
+	args[0], args[1], args[2], args[3] = "evalsha", sc.hash, 1, s.Key(key)
+	copy(args[4:], argv)
+	return &call{script: sc, args: args}
 }
 
-func (c *call) send(ctx context.Context, to sender, whole bool) *redis.Cmd {
-	switch {
-	case c.script == nil:
-		return to.Do(ctx, c.args...)
-	case whole:
-		return c.script.Eval(ctx, to, c.keys, c.args...)
-	default:
-		return c.script.EvalSha(ctx, to, c.keys, c.args...)
-	}
+// noScript says whether err is the server's answer to an EVALSHA of a
+// script it does not know.
+func noScript(err error) bool {
+	return err != nil && err != redis.Nil && redis.HasErrorPrefix(err, "NOSCRIPT")
+}
+
+// whole turns the EVALSHA call c into the EVAL of its script's source,
+// which also makes the server cache the script.
+func (c *call) whole() {
+	c.args[0], c.args[1] = "eval", c.script.src
 }
 
 // run sends c and waits for its answer or for ctx, whichever comes first.
 func (s *Store) run(ctx context.Context, c *call) (any, error) {
 	if s.batch == nil {
-		if c.script == nil {
-			return s.rdb.Do(ctx, c.args...).Result()
+		v, err := s.rdb.Do(ctx, c.args...).Result()
+		if c.script != nil && noScript(err) {
+			c.whole()
+			v, err = s.rdb.Do(ctx, c.args...).Result()
 		}
-		return c.script.Run(ctx, s.rdb, c.keys, c.args...).Result()
+		return v, err
 	}
 	if err := s.batch.Do(ctx, c); err != nil {
 		c.gaveUp = true
@@ -356,25 +384,39 @@ func (s *Store) flush(ctx context.Context, batch []*call) {
 		}
 	}()
 	pending := batch
+	if len(pending) > 1 && pending[0].claim.token != "" {
+		// go-redis checks whether a pipeline should be retried when its
+		// first reply is an error, and redis.Nil counts as one: an
+		// acquired claim's answer. That check costs some twenty
+		// allocations; with another call first, it is skipped. The calls
+		// of a batch are concurrent, so their order is free.
+		for i, c := range pending {
+			if c.claim.token == "" {
+				pending[0], pending[i] = c, pending[0]
+				break
+			}
+		}
+	}
 	// The first pass runs scripts by hash; one that the server does not
 	// know yet (first use, SCRIPT FLUSH, a failover to a fresh replica) is
 	// sent whole in a second pass, which also caches it.
 	for pass := 0; pass < 2 && len(pending) > 0; pass++ {
 		var cmds []*redis.Cmd
 		if len(pending) == 1 {
-			cmds = []*redis.Cmd{pending[0].send(ctx, s.rdb, pass == 1)}
+			cmds = []*redis.Cmd{s.rdb.Do(ctx, pending[0].args...)}
 		} else {
 			pipe := s.rdb.Pipeline()
 			cmds = make([]*redis.Cmd, len(pending))
 			for i, c := range pending {
-				cmds[i] = c.send(ctx, pipe, pass == 1)
+				cmds[i] = pipe.Do(ctx, c.args...)
 			}
 			_, _ = pipe.Exec(ctx) // each command carries its own error
 		}
 		var again []*call
 		for i, c := range pending {
 			c.val, c.err = cmds[i].Result()
-			if pass == 0 && c.script != nil && redis.HasErrorPrefix(c.err, "NOSCRIPT") {
+			if pass == 0 && c.script != nil && noScript(c.err) {
+				c.whole()
 				again = append(again, c)
 			}
 		}
@@ -389,13 +431,15 @@ func (s *Store) Claim(ctx context.Context, key, fingerprint string, lease time.D
 	}
 	token := claimtoken.New(fingerprint)
 	rec := record('p', time.Now().Add(lease), token, nil)
-	c := &call{args: []any{"set", s.Key(key), rec, "nx", "get", "px", millis(lease)}}
+	var c *call
 	if s.noSetGet.Load() {
-		c = &call{script: claimScript, keys: []string{s.Key(key)}, args: []any{rec, millis(lease)}}
+		c = s.scriptCall(claimScript, key, rec, millis(lease))
+	} else {
+		c = &call{args: []any{"set", s.Key(key), rec, "nx", "get", "px", millis(lease)}}
 	}
 	c.claim.key, c.claim.token = key, token
 	v, err := s.run(ctx, c)
-	if err != nil && c.script == nil && redis.HasErrorPrefix(err, "ERR syntax") {
+	if err != nil && err != redis.Nil && c.script == nil && redis.HasErrorPrefix(err, "ERR syntax") {
 		// Redis before 7.0 refuses NX with GET.
 		s.noSetGet.Store(true)
 		return s.Claim(ctx, key, fingerprint, lease)
@@ -432,8 +476,8 @@ func (s *Store) Extend(ctx context.Context, key, token string, lease time.Durati
 		return fmt.Errorf("redisstore: extend %q: malformed token: %w", key, dedup.ErrLeaseLost)
 	}
 	until := time.Now().Add(lease)
-	return s.owned(ctx, "extend", key, extendScript,
-		token[:claimtoken.RandLen], millis(lease), string(appendHex(nil, uint64(until.UnixMilli()), 16)), record('p', until, token, nil))
+	return s.owned(ctx, "extend", key, s.scriptCall(extendScript, key,
+		token[:claimtoken.RandLen], millis(lease), hex16(uint64(until.UnixMilli())), record('p', until, token, nil)))
 }
 
 // Complete implements dedup.Store. An empty result is stored as none: a
@@ -445,7 +489,7 @@ func (s *Store) Complete(ctx context.Context, key, token string, ttl time.Durati
 	if _, ok := claimtoken.Fingerprint(token); !ok {
 		return fmt.Errorf("redisstore: complete %q: malformed token: %w", key, dedup.ErrLeaseLost)
 	}
-	return s.owned(ctx, "complete", key, completeScript, token[:claimtoken.RandLen], millis(ttl), record('c', time.Time{}, token, result))
+	return s.owned(ctx, "complete", key, s.scriptCall(completeScript, key, token[:claimtoken.RandLen], millis(ttl), record('c', time.Time{}, token, result)))
 }
 
 // Release implements dedup.Store. Releasing a key the same token already
@@ -455,11 +499,12 @@ func (s *Store) Release(ctx context.Context, key, token string) error {
 	if _, ok := claimtoken.Fingerprint(token); !ok {
 		return fmt.Errorf("redisstore: release %q: malformed token: %w", key, dedup.ErrLeaseLost)
 	}
-	return s.owned(ctx, "release", key, releaseScript, token[:claimtoken.RandLen])
+	return s.owned(ctx, "release", key, s.scriptCall(releaseScript, key, token[:claimtoken.RandLen]))
 }
 
-func (s *Store) owned(ctx context.Context, op, key string, script *redis.Script, args ...any) error {
-	v, err := s.run(ctx, &call{script: script, keys: []string{s.Key(key)}, args: args})
+// owned runs c, a script that acts only for the key's holder.
+func (s *Store) owned(ctx context.Context, op, key string, c *call) error {
+	v, err := s.run(ctx, c)
 	if err != nil {
 		return s.fail(ctx, op, key, err)
 	}

@@ -3,6 +3,7 @@
 package coalesce
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"math/rand/v2"
@@ -466,5 +467,49 @@ func TestGraceKeepsTheFlushAfterTheLastCallerLeft(t *testing.T) {
 	case <-s.late:
 	case <-time.After(patience):
 		t.Fatal("abandoned hook not called")
+	}
+}
+
+// goroutineID is the number the runtime gave the calling goroutine.
+func goroutineID() string {
+	buf := make([]byte, 64)
+	buf = buf[:runtime.Stack(buf, false)]
+	id, _, _ := bytes.Cut(bytes.TrimPrefix(buf, []byte("goroutine ")), []byte(" "))
+	return string(id)
+}
+
+// Requests made one after another are flushed by the same goroutines while
+// they linger: a fresh goroutine per flush grows its stack anew through the
+// store client's call chain. Each request must also be taken at once by
+// the lingering flusher, not left queued until its linger ends (the
+// deadline below is far shorter than the linger).
+func TestFlusherLingersBetweenRequests(t *testing.T) {
+	for _, inFlight := range []int{1, 2} {
+		var mu sync.Mutex
+		flushers := map[string]int{}
+		b := New(8, inFlight, func(_ context.Context, reqs []*req) {
+			mu.Lock()
+			flushers[goroutineID()]++
+			mu.Unlock()
+			for _, r := range reqs {
+				r.Settle()
+			}
+		}, nil)
+		b.linger = time.Hour
+		for i := range 50 {
+			ctx, cancel := context.WithTimeout(context.Background(), patience)
+			err := b.Do(ctx, newReq(i))
+			cancel()
+			if err != nil {
+				t.Fatalf("inFlight %d: request %d: %v (left queued for a flusher that lingered?)", inFlight, i, err)
+			}
+		}
+		mu.Lock()
+		// A request that arrives while the flusher is still settling the
+		// previous one may start a second one, up to inFlight.
+		if len(flushers) > inFlight {
+			t.Errorf("inFlight %d: 50 requests in a row flushed by %d goroutines, want at most %d: %v", inFlight, len(flushers), inFlight, flushers)
+		}
+		mu.Unlock()
 	}
 }
