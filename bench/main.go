@@ -54,6 +54,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 )
 
@@ -162,6 +163,12 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 			fmt.Fprintln(out)
 			for _, s := range skipped {
 				fmt.Fprintln(out, "Skipped:", s)
+			}
+		}
+		if ns := takeNotes(); len(ns) > 0 {
+			fmt.Fprintln(out)
+			for _, n := range ns {
+				fmt.Fprintln(out, "Note:", n)
 			}
 		}
 		if len(profiles) > 0 {
@@ -328,6 +335,27 @@ func (w stopwatch) stop() time.Duration {
 	d := time.Since(w.start)
 	lastTimed = int64(mallocs() - w.mallocs)
 	return d
+}
+
+// notes are what sides found wrong with their own samples (addNote), for
+// the run to print after the table.
+var notes struct {
+	sync.Mutex
+	list []string
+}
+
+func addNote(s string) {
+	notes.Lock()
+	defer notes.Unlock()
+	notes.list = append(notes.list, s)
+}
+
+func takeNotes() []string {
+	notes.Lock()
+	defer notes.Unlock()
+	ns := notes.list
+	notes.list = nil
+	return ns
 }
 
 // setups build a group's rows against its server, and a cleanup.
