@@ -1,6 +1,7 @@
-// Checks that an SQS side counts the ReceiveMessage calls the SDK retried
-// (the samples fauxqs spoils, see sqsRows). Talks to an in-process HTTP
-// server that answers SQS's JSON protocol, not to fauxqs.
+// Checks that an SQS side abandons and makes again a run in which a
+// ReceiveMessage attempt failed (a sample fauxqs would stall, see sqsRows),
+// and keeps the last of sqsTries runs. Talks to an in-process HTTP server
+// that answers SQS's JSON protocol, not to fauxqs.
 package main
 
 import (
@@ -17,14 +18,18 @@ import (
 	awssqs "github.com/aws/aws-sdk-go-v2/service/sqs"
 )
 
-func TestSQSSideNotesRetriedReceives(t *testing.T) {
+func TestSQSSideRerunsSpoiledRuns(t *testing.T) {
 	cases := []struct {
 		name     string
 		failures int32 // ReceiveMessage requests answered 500 before the first 200
-		retried  int
+		runs     int
+		notes    []string
 	}{
-		{"no retry", 0, 0},
-		{"one retry", 1, 1},
+		{"no failure", 0, 1, nil},
+		{"one failure", 1, 2, []string{"sqs raw round 1: a ReceiveMessage attempt failed (", "made up", "run abandoned and made again"}},
+		// Runs 1 and 2 stop at their first failed attempt; run 3 is kept,
+		// its SDK retrying its failures 3 and 4.
+		{"failures in every run", 4, 3, []string{"run abandoned", "sqs raw round 1: a ReceiveMessage attempt failed in each of 3 runs", "the last run's sample is kept"}},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -41,7 +46,9 @@ func TestSQSSideNotesRetriedReceives(t *testing.T) {
 			}))
 			defer srv.Close()
 			takeNotes()
+			runs := 0
 			s := sqsSide(srv.URL, "raw", func(ctx context.Context, client *awssqs.Client, _ int64) (time.Duration, error) {
+				runs++
 				_, err := client.ReceiveMessage(ctx, &awssqs.ReceiveMessageInput{QueueUrl: aws.String(srv.URL + "/000000000000/q.fifo")})
 				return time.Second, err
 			})
@@ -50,15 +57,17 @@ func TestSQSSideNotesRetriedReceives(t *testing.T) {
 			if _, err := s.run(ctx, 0, 1); err != nil {
 				t.Fatal(err)
 			}
-			notes := takeNotes()
-			if tc.retried == 0 {
-				if len(notes) != 0 {
-					t.Fatalf("notes %q, want none", notes)
-				}
-				return
+			if runs != tc.runs {
+				t.Errorf("side ran %d times, want %d", runs, tc.runs)
 			}
-			if len(notes) != 1 || !strings.Contains(notes[0], "sqs raw round 1: the SDK retried 1 ReceiveMessage call(s)") || !strings.Contains(notes[0], "made up") {
-				t.Fatalf("notes %q, want one naming the retry and its error", notes)
+			notes := strings.Join(takeNotes(), "\n")
+			if len(tc.notes) == 0 && notes != "" {
+				t.Errorf("notes %q, want none", notes)
+			}
+			for _, want := range tc.notes {
+				if !strings.Contains(notes, want) {
+					t.Errorf("notes %q lack %q", notes, want)
+				}
 			}
 		})
 	}
