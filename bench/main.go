@@ -30,7 +30,8 @@
 // side=setup, so that one CPU profile splits by row and side
 // (go tool pprof -tagfocus side=dedupq,case=consume). -profdir writes one
 // CPU profile per row, named group-case-conc.prof; bench/proftop.sh prints
-// the top functions of each side of each. A goroutine carries the labels
+// the top functions of each side of each. Filling a queue before a side's
+// timed part runs under phase=fill as well (-tagignore phase=fill). A goroutine carries the labels
 // of the one that started it: the goroutines a side starts carry its
 // labels, but those an SDK starts once and reuses (a connection's read
 // loop, a client's flusher, an in-process server) carry the labels of
@@ -222,6 +223,16 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 		return fmt.Errorf("no row of %s has a case matching -case %q", *only, c.cases)
 	}
 	return nil
+}
+
+// untimed runs a side's setup (filling a queue before the timed part)
+// under the extra pprof label phase=fill, so that a profile can leave it
+// out: go tool pprof -tagignore phase=fill.
+func untimed[T any](ctx context.Context, f func(context.Context) (T, error)) (T, error) {
+	var v T
+	var err error
+	pprof.Do(ctx, pprof.Labels("phase", "fill"), func(ctx context.Context) { v, err = f(ctx) })
+	return v, err
 }
 
 // selectRows keeps the rows whose case is name, or, when none's is, those

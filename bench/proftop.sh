@@ -5,6 +5,7 @@
 #
 #	bench/proftop.sh DIR [NODECOUNT]
 #
+# Filling a queue before a side's timed part (phase=fill) is left out.
 # Samples of goroutines started at a group's setup (connection loops, an
 # in-process server) carry side=setup and are in neither list; add
 # `-tagfocus group=G` by hand to see everything.
@@ -14,7 +15,7 @@ n=${2:-20}
 for f in "$dir"/*.prof; do
 	for side in raw dedupq; do
 		echo "== $(basename "$f" .prof) side=$side"
-		go tool pprof -top -nodecount="$n" -tagfocus="side=$side" "$f" 2>/dev/null |
+		go tool pprof -top -nodecount="$n" -tagfocus="side=$side" -tagignore=phase=fill "$f" 2>/dev/null |
 			sed -n '/^Showing\|^ *flat/,$p' || echo "(no samples)"
 		echo
 	done

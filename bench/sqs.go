@@ -132,11 +132,13 @@ func sqsRows(ctx context.Context, _ config) ([]row, func(), error) {
 		return w.stop(), err
 	})
 	filled := func(ctx context.Context, n int64) (string, error) {
-		url, err := queue(ctx)
-		if err == nil {
-			_, err = sqsSendAll(ctx, client, url, n)
-		}
-		return url, err
+		return untimed(ctx, func(ctx context.Context) (string, error) {
+			url, err := queue(ctx)
+			if err == nil {
+				_, err = sqsSendAll(ctx, client, url, n)
+			}
+			return url, err
+		})
 	}
 	rawConsume := onClient("ReceiveMessage+DeleteMessageBatch", func(ctx context.Context, client *awssqs.Client, n int64) (time.Duration, error) {
 		url, err := filled(ctx, n)
