@@ -48,9 +48,10 @@ const sqsBatch = 10
 // consume rows read 160 msgs/s (5,000 messages in 31 s, 28 one-second
 // empty polls at the end). The SDK retried on "deserialization failed,
 // read tcp …: use of closed network connection" reading a 200 response,
-// in 8 of about 150 raw consume sides on a loaded machine and in none of
-// as many dedupq sides; the side's client (one of its own, see sqsSide)
-// closed that connection for a reason not found. So sqsSide abandons a
+// on a loaded machine in 11 of about 260 raw consume sides and 3 of about
+// 260 dedupq ones; the side's client (one of its own, see sqsSide) closed
+// that connection for a reason not found (aws-sdk-go-v2 issues 1825 and
+// 2935 report the same error, unexplained). So sqsSide abandons a
 // run whose ReceiveMessage attempt failed and runs the side again, on a
 // fresh client and queue, and the run lists each such sample after the
 // table.
