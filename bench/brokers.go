@@ -116,8 +116,10 @@ func memRows(context.Context, config) ([]row, func(), error) {
 		return publishTimed(ctx, pub, "m", 0, n)
 	}}
 	filled := func(ctx context.Context, name string, n int64) (driver.Subscription, error) {
-		_, err := sendAll(ctx, broker.Topic(name), "m", n)
-		return broker.Subscription(name), err
+		return untimed(ctx, func(ctx context.Context) (driver.Subscription, error) {
+			_, err := sendAll(ctx, broker.Topic(name), "m", n)
+			return broker.Subscription(name), err
+		})
 	}
 	rawConsume := side{"driver Receive+Ack", func(ctx context.Context, round int, n int64) (time.Duration, error) {
 		name := queue("raw-con", round)
@@ -272,11 +274,13 @@ func jetstreamRows(ctx context.Context, c config, url string) ([]row, func(), er
 		return publishTimed(ctx, pub, "m", 0, n)
 	}}
 	filled := func(ctx context.Context, n int64) (djs.Config, error) {
-		cfg, err := stream(ctx)
-		if err == nil {
-			err = publishAll(ctx, js, cfg.Subject, "m", n)
-		}
-		return cfg, err
+		return untimed(ctx, func(ctx context.Context) (djs.Config, error) {
+			cfg, err := stream(ctx)
+			if err == nil {
+				err = publishAll(ctx, js, cfg.Subject, "m", n)
+			}
+			return cfg, err
+		})
 	}
 	rawConsume := side{"Fetch+Ack", func(ctx context.Context, _ int, n int64) (time.Duration, error) {
 		cfg, err := filled(ctx, n)

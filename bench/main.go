@@ -5,6 +5,7 @@
 //	go run ./bench                       # everything, 5 rounds
 //	go run ./bench -only redis,pg -rounds 7
 //	go run ./bench -quick -only mem,memstore
+//	go run ./bench -only sqs -case consume+guard -profdir prof
 //
 // Raw and dedupq sides of a row run alternately within each round, so that
 // load from other processes hits both alike; compare ratios, not rates.
@@ -23,6 +24,21 @@
 // both sides of a row alike, so the difference is dedupq's; its
 // time-driven ones (timers, heartbeats) fall more on the slower side. Broker
 // publish and consume rows check the goal dedupq ≤ raw + 3 per message.
+//
+// Profiles: every timed side runs under the pprof labels group, case,
+// conc and side (raw or dedupq), and a group's setup under group and
+// side=setup, so that one CPU profile splits by row and side
+// (go tool pprof -tagfocus side=dedupq,case=consume). -profdir writes one
+// CPU profile per row, named group-case-conc.prof; bench/proftop.sh prints
+// the top functions of each side of each. Filling a queue before a side's
+// timed part runs under phase=fill as well (-tagignore phase=fill). A goroutine carries the labels
+// of the one that started it: the goroutines a side starts carry its
+// labels, but those an SDK starts once and reuses (a connection's read
+// loop, a client's flusher, an in-process server) carry the labels of
+// whatever started them — the group's setup, or the side that opened the
+// connection first — so their samples can land on the other side of the
+// row. -tagfocus group=G takes them all in. An emulator in another process
+// (fauxqs, pstest) is in no profile.
 package main
 
 import (
@@ -33,10 +49,13 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"runtime"
 	"runtime/pprof"
 	"slices"
+	"strconv"
 	"strings"
+	"sync"
 	"time"
 )
 
@@ -54,11 +73,13 @@ func main() {
 // config is what the flags select.
 type config struct {
 	only    map[string]bool
+	cases   string // -case: see selectRows
 	rounds  int
 	quick   bool
 	natsURL string
 	redis   string
 	pgDSN   string
+	profDir string // -profdir: one CPU profile per row, when set
 }
 
 // groups in the order they run and print.
@@ -79,10 +100,12 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 	pgDSN := fs.String("pg", "postgres://postgres@127.0.0.1:5432/test?sslmode=disable", "PostgreSQL DSN for the pg and txguard groups")
 	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the whole run to this file")
 	memProfile := fs.String("memprofile", "", "write a profile of every allocation of the run to this file (go tool pprof -sample_index=alloc_objects); slows the run")
+	cases := fs.String("case", "", "run only the rows whose case is this (e.g. consume), or, where no row's is, contains it (e.g. guard)")
+	profDir := fs.String("profdir", "", "write a CPU profile of each row to DIR/group-case-conc.prof (summarise with bench/proftop.sh DIR)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
-	c := config{only: map[string]bool{}, rounds: *rounds, quick: *quick, natsURL: *natsURL, redis: *redisAddr, pgDSN: *pgDSN}
+	c := config{only: map[string]bool{}, cases: *cases, rounds: *rounds, quick: *quick, natsURL: *natsURL, redis: *redisAddr, pgDSN: *pgDSN, profDir: *profDir}
 	for g := range strings.SplitSeq(*only, ",") {
 		g = strings.TrimSpace(g)
 		if !slices.Contains(groups, g) {
@@ -95,6 +118,14 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 	}
 	if c.rounds < 1 {
 		return fmt.Errorf("-rounds %d: want at least 1", c.rounds)
+	}
+	if *cpuProfile != "" && c.profDir != "" {
+		return errors.New("-cpuprofile and -profdir: the runtime takes one CPU profile at a time")
+	}
+	if c.profDir != "" {
+		if err := os.MkdirAll(c.profDir, 0o755); err != nil {
+			return err
+		}
 	}
 	if *cpuProfile != "" {
 		f, err := os.Create(*cpuProfile)
@@ -126,7 +157,8 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 		cpuModel(), runtime.NumCPU(), runtime.GOMAXPROCS(0), runtime.Version(), runtime.GOOS, runtime.GOARCH, c.rounds)
 	fmt.Fprintln(out, "| group | case | conc | raw | raw msgs/s | raw allocs/msg | dedupq | dedupq msgs/s | dedupq allocs/msg | ratio | goal | allocs goal |")
 	fmt.Fprintln(out, "|---|---|---:|---|---:|---:|---|---:|---:|---:|---|---|")
-	var skipped []string
+	var skipped, profiles []string
+	ran := 0
 	defer func() {
 		if len(skipped) > 0 {
 			fmt.Fprintln(out)
@@ -134,12 +166,31 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 				fmt.Fprintln(out, "Skipped:", s)
 			}
 		}
+		if ns := takeNotes(); len(ns) > 0 {
+			fmt.Fprintln(out)
+			for _, n := range ns {
+				fmt.Fprintln(out, "Note:", n)
+			}
+		}
+		if len(profiles) > 0 {
+			fmt.Fprintf(out, "\nCPU profiles (bench/proftop.sh %s prints each side's top functions):\n", c.profDir)
+			for _, p := range profiles {
+				fmt.Fprintln(out, "  "+p)
+			}
+		}
 	}()
 	for _, g := range groups {
 		if !c.only[g] {
 			continue
 		}
-		rows, cleanup, err := setups[g](ctx, c)
+		var rows []row
+		var cleanup func()
+		var err error
+		// Goroutines an SDK starts here (connection loops, servers) keep
+		// these labels for the whole group.
+		pprof.Do(ctx, pprof.Labels("group", g, "side", "setup"), func(ctx context.Context) {
+			rows, cleanup, err = setups[g](ctx, c)
+		})
 		if errors.Is(err, errUnavailable) {
 			skipped = append(skipped, fmt.Sprintf("%s: %v", g, err))
 			continue
@@ -147,8 +198,19 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 		if err != nil {
 			return fmt.Errorf("%s: %w", g, err)
 		}
-		for _, r := range rows {
-			line, err := measure(ctx, c, g, r)
+		for _, r := range selectRows(rows, c.cases) {
+			ran++
+			var line, prof string
+			var err error
+			if c.profDir != "" {
+				prof = profilePath(c.profDir, g, r, profiles)
+				line, err = profiled(prof, func() (string, error) { return measure(ctx, c, g, r) })
+				if err == nil {
+					profiles = append(profiles, prof)
+				}
+			} else {
+				line, err = measure(ctx, c, g, r)
+			}
 			if err != nil {
 				cleanup()
 				return fmt.Errorf("%s %s c=%d: %w", g, r.name, r.conc, err)
@@ -157,7 +219,81 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 		}
 		cleanup()
 	}
+	if ran == 0 && len(skipped) == 0 {
+		return fmt.Errorf("no row of %s has a case matching -case %q", *only, c.cases)
+	}
 	return nil
+}
+
+// untimed runs a side's setup (filling a queue before the timed part)
+// under the extra pprof label phase=fill, so that a profile can leave it
+// out: go tool pprof -tagignore phase=fill.
+func untimed[T any](ctx context.Context, f func(context.Context) (T, error)) (T, error) {
+	var v T
+	var err error
+	pprof.Do(ctx, pprof.Labels("phase", "fill"), func(ctx context.Context) { v, err = f(ctx) })
+	return v, err
+}
+
+// selectRows keeps the rows whose case is name, or, when none's is, those
+// whose case contains it: "consume" is the consume rows alone, "guard" every
+// consume+guard row. An empty name keeps every row.
+func selectRows(rows []row, name string) []row {
+	if name == "" {
+		return rows
+	}
+	match := func(r row) bool { return r.name == name }
+	if !slices.ContainsFunc(rows, match) {
+		match = func(r row) bool { return strings.Contains(r.name, name) }
+	}
+	var kept []row
+	for _, r := range rows {
+		if match(r) {
+			kept = append(kept, r)
+		}
+	}
+	return kept
+}
+
+// profilePath names a row's profile group-case-conc.prof in dir, the case
+// with whatever a file name should not hold replaced; a second row of the
+// same name (jetstream's two consume+guard rows) adds its dedupq side's
+// name.
+func profilePath(dir, group string, r row, taken []string) string {
+	base := group + "-" + r.name + "-" + strconv.Itoa(r.conc)
+	p := filepath.Join(dir, fileSafe(base)+".prof")
+	if slices.Contains(taken, p) {
+		p = filepath.Join(dir, fileSafe(base+"-"+r.dq.name)+".prof")
+	}
+	return p
+}
+
+func fileSafe(s string) string {
+	return strings.Map(func(r rune) rune {
+		switch {
+		case r >= 'a' && r <= 'z', r >= 'A' && r <= 'Z', r >= '0' && r <= '9', strings.ContainsRune("+-._", r):
+			return r
+		}
+		return '_'
+	}, s)
+}
+
+// profiled runs f under a CPU profile written to path.
+func profiled(path string, f func() (string, error)) (string, error) {
+	file, err := os.Create(path)
+	if err != nil {
+		return "", err
+	}
+	if err := pprof.StartCPUProfile(file); err != nil {
+		file.Close()
+		return "", err
+	}
+	line, err := f()
+	pprof.StopCPUProfile()
+	if cerr := file.Close(); err == nil && cerr != nil {
+		err = cerr
+	}
+	return line, err
 }
 
 // side is one way of handling n messages, timed; round makes keys and
@@ -212,6 +348,27 @@ func (w stopwatch) stop() time.Duration {
 	return d
 }
 
+// notes are what sides found wrong with their own samples (addNote), for
+// the run to print after the table.
+var notes struct {
+	sync.Mutex
+	list []string
+}
+
+func addNote(s string) {
+	notes.Lock()
+	defer notes.Unlock()
+	notes.list = append(notes.list, s)
+}
+
+func takeNotes() []string {
+	notes.Lock()
+	defer notes.Unlock()
+	ns := notes.list
+	notes.list = nil
+	return ns
+}
+
 // setups build a group's rows against its server, and a cleanup.
 var setups = map[string]func(ctx context.Context, c config) ([]row, func(), error){
 	"mem":           memRows,
@@ -231,10 +388,15 @@ func measure(ctx context.Context, c config, group string, r row) (string, error)
 		n = max(n/50, int64(2*r.conc), 20)
 	}
 	var raw, dq, rawAllocs, dqAllocs []float64
-	one := func(s side, round int, rates, allocs *[]float64) error {
+	one := func(s side, label string, round int, rates, allocs *[]float64) error {
 		lastTimed = -1
 		before := mallocs()
-		d, err := s.run(ctx, round, n)
+		var d time.Duration
+		var err error
+		labels := pprof.Labels("group", group, "case", r.name, "conc", strconv.Itoa(r.conc), "side", label)
+		pprof.Do(ctx, labels, func(ctx context.Context) {
+			d, err = s.run(ctx, round, n)
+		})
 		if err != nil {
 			return fmt.Errorf("%s: %w", s.name, err)
 		}
@@ -247,10 +409,10 @@ func measure(ctx context.Context, c config, group string, r row) (string, error)
 		return nil
 	}
 	for round := range c.rounds {
-		if err := one(r.raw, round, &raw, &rawAllocs); err != nil {
+		if err := one(r.raw, "raw", round, &raw, &rawAllocs); err != nil {
 			return "", err
 		}
-		if err := one(r.dq, round, &dq, &dqAllocs); err != nil {
+		if err := one(r.dq, "dedupq", round, &dq, &dqAllocs); err != nil {
 			return "", err
 		}
 	}

@@ -103,11 +103,13 @@ func pubsubRows(ctx context.Context, _ config) ([]row, func(), error) {
 		return publishTimed(ctx, pub, "m", 0, n)
 	}}
 	filled := func(ctx context.Context, n int64) (string, error) {
-		topic, sub, err := fixture(ctx)
-		if err == nil {
-			_, err = pubsubPublishAll(ctx, client, topic, n)
-		}
-		return sub, err
+		return untimed(ctx, func(ctx context.Context) (string, error) {
+			topic, sub, err := fixture(ctx)
+			if err == nil {
+				_, err = pubsubPublishAll(ctx, client, topic, n)
+			}
+			return sub, err
+		})
 	}
 	rawConsume := side{"Subscriber.Receive+Ack", func(ctx context.Context, _ int, n int64) (time.Duration, error) {
 		name, err := filled(ctx, n)
