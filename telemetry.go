@@ -2,7 +2,9 @@ package dedupq
 
 import (
 	"context"
+	"reflect"
 	"strings"
+	"sync"
 	"time"
 
 	"go.opentelemetry.io/otel"
@@ -12,6 +14,7 @@ import (
 	mnoop "go.opentelemetry.io/otel/metric/noop"
 	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
+	tnoop "go.opentelemetry.io/otel/trace/noop"
 
 	"github.com/dedupq/dedupq/driver"
 	"github.com/dedupq/dedupq/internal/oteloff"
@@ -34,6 +37,7 @@ const (
 	attrBatchSize = attribute.Key("messaging.batch.message_count")
 	attrOutcome   = attribute.Key("dedupq.outcome")
 	attrRole      = attribute.Key("dedupq.role")
+	attrAttempt   = attribute.Key("messaging.delivery.attempt")
 )
 
 // Publish outcomes (dedupq.outcome on dedupq.publish.messages).
@@ -87,22 +91,48 @@ var outcomeNames = [...]string{outcomeStored, outcomeDuplicate, outcomeRefused, 
 // would record nothing anyway): then the delivery path makes no call for
 // that signal, not even time.Now.
 type conTelemetry struct {
-	tracer  trace.Tracer
-	metrics bool
-	base    attribute.Set
+	tracer trace.Tracer
+	// idleGlobal is the global tracer provider while no SDK is installed,
+	// when tracer came from it; nil otherwise. See spans.
+	idleGlobal trace.TracerProvider
+	metrics    bool
+	base       attribute.Set
 	// Built once, so that a delivery allocates nothing for them: an
 	// option passed alone to an instrument's variadic method would be
 	// boxed in a new slice on each call, as the callee is an interface.
 	recordOpts  []metric.RecordOption
 	outcomeOpts map[string][]metric.AddOption
 	processName string
-	processOpts []trace.SpanStartOption
-	handlerOpts []trace.SpanStartOption
-	consumed    metric.Int64Counter
-	handlerDur  metric.Float64Histogram
-	attempt     metric.Int64Histogram
-	leaseExt    metric.Int64Counter
-	reg         metric.Registration
+	// processStarts pools the start options of process spans (a
+	// *processStart each), so that a delivery's span gets all its
+	// attributes at its start, where a sampler sees them, without
+	// building an option, an attribute slice and the interface holding it
+	// per delivery.
+	processStarts sync.Pool
+	handlerOpts   []trace.SpanStartOption
+	consumed      metric.Int64Counter
+	handlerDur    metric.Float64Histogram
+	attempt       metric.Int64Histogram
+	leaseExt      metric.Int64Counter
+	reg           metric.Registration
+}
+
+// processStart is the start options of one process span: kvs[2:] are the
+// delivery's, set before each start. opts[1] holds kvs for good: the
+// interface made once per pooled value. Tracers copy the attributes of
+// their options during Start (trace.NewSpanStartConfig appends them to a
+// config of their own), so the value is free again once Start returns.
+type processStart struct {
+	kvs  [4]attribute.KeyValue
+	opts [2]trace.SpanStartOption
+}
+
+func newProcessStart(system string) *processStart {
+	s := &processStart{}
+	s.kvs[0], s.kvs[1] = attrSystem.String(system), attrOperation.String("process")
+	s.opts[0] = trace.WithSpanKind(trace.SpanKindConsumer)
+	s.opts[1] = trace.WithAttributes(s.kvs[:]...)
+	return s
 }
 
 // metricsOff reports a meter provider under which dedupq records nothing:
@@ -125,6 +155,33 @@ func tracingOff(tp trace.TracerProvider) bool {
 		return true
 	}
 	return false
+}
+
+// idleGlobal reports the API's global tracer provider before any provider
+// is installed (otel.SetTracerProvider), whose tracer tr makes spans that
+// record nothing: a span object and a context holding it per start, six
+// allocations a delivery for nothing. The Go auto-instrumentation makes
+// that tracer's spans record: then tr's probe span records and this
+// reports false.
+func idleGlobal(tp trace.TracerProvider, tr trace.Tracer) bool {
+	rt := reflect.TypeOf(tp)
+	if rt.Kind() != reflect.Pointer || rt.Elem().PkgPath() != "go.opentelemetry.io/otel/internal/global" {
+		return false
+	}
+	// Not ended: it records nothing, and ending one that records would
+	// report a span nobody asked for.
+	_, probe := tr.Start(context.Background(), "dedupq.probe")
+	return !probe.IsRecording()
+}
+
+// spans reports whether a delivery gets its spans. Under the idle global
+// provider it does not: the spans would record nothing, and the handler's
+// context gets the publisher's span context all the same (startDelivery
+// extracts it), as the idle global tracer's spans would merely carry it.
+// Once a provider is installed, the global one hands over to it, and the
+// next delivery gets its spans.
+func (t *conTelemetry) spans() bool {
+	return t.tracer != nil && (t.idleGlobal == nil || otel.GetTracerProvider() != t.idleGlobal)
 }
 
 // offSpan is the span of a delivery with tracing off: it records nothing.
@@ -199,9 +256,11 @@ func newConTelemetry(opts ConsumerOptions, w window.Window, r window.RedeliveryP
 	t := &conTelemetry{base: attribute.NewSet(attrSystem.String(system))}
 	if !tracingOff(opts.TracerProvider) {
 		t.tracer = tracerOr(opts.TracerProvider)
+		if opts.TracerProvider == nil && idleGlobal(otel.GetTracerProvider(), t.tracer) {
+			t.idleGlobal = otel.GetTracerProvider()
+		}
 		t.processName = "process " + system
-		t.processOpts = []trace.SpanStartOption{trace.WithSpanKind(trace.SpanKindConsumer),
-			trace.WithAttributes(attrSystem.String(system), attrOperation.String("process"))}
+		t.processStarts.New = func() any { return newProcessStart(system) }
 		t.handlerOpts = []trace.SpanStartOption{trace.WithSpanKind(trace.SpanKindInternal)}
 	}
 	mp := opts.MeterProvider
@@ -326,7 +385,7 @@ func (t *conTelemetry) traceHandler(h Handler) Handler {
 	}
 	return func(ctx context.Context, d *Delivery) error {
 		span := offSpan
-		if t.tracer != nil {
+		if t.spans() {
 			ctx, span = t.tracer.Start(ctx, "dedupq.handler", t.handlerOpts...)
 		}
 		var start time.Time
@@ -360,7 +419,7 @@ func (t *conTelemetry) startDelivery(ctx context.Context, d *driver.Delivery) (c
 	_, state := attrs[driver.AttrTraceState]
 	if parent || state {
 		if parent && t.tracer != nil {
-			ctx = traceContext.Extract(ctx, attrCarrier(attrs))
+			ctx = withRemoteParent(ctx, attrs[driver.AttrTraceParent], attrs[driver.AttrTraceState])
 		}
 		delete(attrs, driver.AttrTraceParent)
 		delete(attrs, driver.AttrTraceState)
@@ -368,13 +427,14 @@ func (t *conTelemetry) startDelivery(ctx context.Context, d *driver.Delivery) (c
 			d.Message.Attributes = nil
 		}
 	}
-	if t.tracer == nil {
+	if !t.spans() {
 		return ctx, offSpan
 	}
-	ctx, span := t.tracer.Start(ctx, t.processName, t.processOpts...)
-	if span.IsRecording() {
-		span.SetAttributes(attrMessageID.String(d.Message.ID), attribute.Int("messaging.delivery.attempt", d.Attempt))
-	}
+	s := t.processStarts.Get().(*processStart)
+	s.kvs[2], s.kvs[3] = attrMessageID.String(d.Message.ID), attrAttempt.Int(d.Attempt)
+	ctx, span := t.tracer.Start(ctx, t.processName, s.opts[:]...)
+	s.kvs[2] = attribute.KeyValue{} // not to keep the ID alive in the pool
+	t.processStarts.Put(s)
 	return ctx, span
 }
 
@@ -395,3 +455,99 @@ func (t *conTelemetry) extended(ctx context.Context, outcome string) {
 
 // reservedName reports a user attribute name under dedupq's own prefix.
 func reservedName(k string) bool { return strings.HasPrefix(k, reservedAttrPrefix) }
+
+// withRemoteParent returns ctx carrying the span context of the W3C
+// traceparent and tracestate, as propagation.TraceContext's Extract does,
+// or ctx itself when traceparent is not valid. It allocates once where
+// Extract allocates twice (a span holding the span context, and the
+// context holding the span), on every delivery of a traced publisher.
+func withRemoteParent(ctx context.Context, traceparent, tracestate string) context.Context {
+	sc := parseTraceParent(traceparent, tracestate)
+	if !sc.IsValid() {
+		return ctx
+	}
+	return &remoteParent{Context: ctx, span: remoteSpan{sc: sc}}
+}
+
+// remoteParent is a context whose span is a remote span context.
+type remoteParent struct {
+	context.Context
+	span remoteSpan
+}
+
+// remoteSpan is the span of a remote span context, recording nothing, as
+// trace.ContextWithRemoteSpanContext makes one.
+type remoteSpan struct {
+	tnoop.Span
+	sc trace.SpanContext
+}
+
+func (s *remoteSpan) SpanContext() trace.SpanContext { return s.sc }
+
+// spanKeyProbe answers Value with a non-nil value for the trace API's
+// (unexported) span key alone: the way for remoteParent to recognise it.
+var spanKeyProbe = trace.ContextWithSpan(context.Background(), tnoop.Span{})
+
+func (c *remoteParent) Value(key any) any {
+	if spanKeyProbe.Value(key) != nil {
+		return trace.Span(&c.span)
+	}
+	return c.Context.Value(key)
+}
+
+// parseTraceParent is propagation.TraceContext's parsing of traceparent
+// and tracestate (version 2 of the W3C recommendation; a later version may
+// add fields after the flags), made callable: the propagator hands its
+// result over only inside a new context. An invalid traceparent gives the
+// zero span context; an invalid tracestate is ignored, as the
+// recommendation asks.
+func parseTraceParent(h, state string) trace.SpanContext {
+	var ver, flags [1]byte
+	var scc trace.SpanContextConfig
+	if !hexField(ver[:], &h) || ver[0] == 0xff ||
+		!hexField(scc.TraceID[:], &h) || !hexField(scc.SpanID[:], &h) || !hexField(flags[:], &h) {
+		return trace.SpanContext{}
+	}
+	if ver[0] == 0 && (h != "" || flags[0] > 3) {
+		// Version 0 has no more fields and no other flag bits.
+		return trace.SpanContext{}
+	}
+	scc.TraceFlags = trace.TraceFlags(flags[0]) & (trace.FlagsSampled | trace.FlagsRandom)
+	scc.TraceState, _ = trace.ParseTraceState(state)
+	scc.Remote = true
+	sc := trace.NewSpanContext(scc)
+	if !sc.IsValid() {
+		return trace.SpanContext{}
+	}
+	return sc
+}
+
+// hexField decodes the next "-"-separated field of *h into dst, which it
+// must fill exactly, in lower-case hex (the recommendation forbids upper
+// case), and advances *h past it.
+func hexField(dst []byte, h *string) bool {
+	field, rest, _ := strings.Cut(*h, "-")
+	*h = rest
+	if len(field) != 2*len(dst) {
+		return false
+	}
+	for i := range dst {
+		hi, ok1 := unhex(field[2*i])
+		lo, ok2 := unhex(field[2*i+1])
+		if !ok1 || !ok2 {
+			return false
+		}
+		dst[i] = hi<<4 | lo
+	}
+	return true
+}
+
+func unhex(c byte) (byte, bool) {
+	switch {
+	case '0' <= c && c <= '9':
+		return c - '0', true
+	case 'a' <= c && c <= 'f':
+		return c - 'a' + 10, true
+	}
+	return 0, false
+}
