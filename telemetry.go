@@ -14,7 +14,6 @@ import (
 	mnoop "go.opentelemetry.io/otel/metric/noop"
 	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
-	tnoop "go.opentelemetry.io/otel/trace/noop"
 
 	"github.com/dedupq/dedupq/driver"
 	"github.com/dedupq/dedupq/internal/oteloff"
@@ -419,7 +418,7 @@ func (t *conTelemetry) startDelivery(ctx context.Context, d *driver.Delivery) (c
 	_, state := attrs[driver.AttrTraceState]
 	if parent || state {
 		if parent && t.tracer != nil {
-			ctx = withRemoteParent(ctx, attrs[driver.AttrTraceParent], attrs[driver.AttrTraceState])
+			ctx = traceContext.Extract(ctx, attrCarrier(attrs))
 		}
 		delete(attrs, driver.AttrTraceParent)
 		delete(attrs, driver.AttrTraceState)
@@ -455,99 +454,3 @@ func (t *conTelemetry) extended(ctx context.Context, outcome string) {
 
 // reservedName reports a user attribute name under dedupq's own prefix.
 func reservedName(k string) bool { return strings.HasPrefix(k, reservedAttrPrefix) }
-
-// withRemoteParent returns ctx carrying the span context of the W3C
-// traceparent and tracestate, as propagation.TraceContext's Extract does,
-// or ctx itself when traceparent is not valid. It allocates once where
-// Extract allocates twice (a span holding the span context, and the
-// context holding the span), on every delivery of a traced publisher.
-func withRemoteParent(ctx context.Context, traceparent, tracestate string) context.Context {
-	sc := parseTraceParent(traceparent, tracestate)
-	if !sc.IsValid() {
-		return ctx
-	}
-	return &remoteParent{Context: ctx, span: remoteSpan{sc: sc}}
-}
-
-// remoteParent is a context whose span is a remote span context.
-type remoteParent struct {
-	context.Context
-	span remoteSpan
-}
-
-// remoteSpan is the span of a remote span context, recording nothing, as
-// trace.ContextWithRemoteSpanContext makes one.
-type remoteSpan struct {
-	tnoop.Span
-	sc trace.SpanContext
-}
-
-func (s *remoteSpan) SpanContext() trace.SpanContext { return s.sc }
-
-// spanKeyProbe answers Value with a non-nil value for the trace API's
-// (unexported) span key alone: the way for remoteParent to recognise it.
-var spanKeyProbe = trace.ContextWithSpan(context.Background(), tnoop.Span{})
-
-func (c *remoteParent) Value(key any) any {
-	if spanKeyProbe.Value(key) != nil {
-		return trace.Span(&c.span)
-	}
-	return c.Context.Value(key)
-}
-
-// parseTraceParent is propagation.TraceContext's parsing of traceparent
-// and tracestate (version 2 of the W3C recommendation; a later version may
-// add fields after the flags), made callable: the propagator hands its
-// result over only inside a new context. An invalid traceparent gives the
-// zero span context; an invalid tracestate is ignored, as the
-// recommendation asks.
-func parseTraceParent(h, state string) trace.SpanContext {
-	var ver, flags [1]byte
-	var scc trace.SpanContextConfig
-	if !hexField(ver[:], &h) || ver[0] == 0xff ||
-		!hexField(scc.TraceID[:], &h) || !hexField(scc.SpanID[:], &h) || !hexField(flags[:], &h) {
-		return trace.SpanContext{}
-	}
-	if ver[0] == 0 && (h != "" || flags[0] > 3) {
-		// Version 0 has no more fields and no other flag bits.
-		return trace.SpanContext{}
-	}
-	scc.TraceFlags = trace.TraceFlags(flags[0]) & (trace.FlagsSampled | trace.FlagsRandom)
-	scc.TraceState, _ = trace.ParseTraceState(state)
-	scc.Remote = true
-	sc := trace.NewSpanContext(scc)
-	if !sc.IsValid() {
-		return trace.SpanContext{}
-	}
-	return sc
-}
-
-// hexField decodes the next "-"-separated field of *h into dst, which it
-// must fill exactly, in lower-case hex (the recommendation forbids upper
-// case), and advances *h past it.
-func hexField(dst []byte, h *string) bool {
-	field, rest, _ := strings.Cut(*h, "-")
-	*h = rest
-	if len(field) != 2*len(dst) {
-		return false
-	}
-	for i := range dst {
-		hi, ok1 := unhex(field[2*i])
-		lo, ok2 := unhex(field[2*i+1])
-		if !ok1 || !ok2 {
-			return false
-		}
-		dst[i] = hi<<4 | lo
-	}
-	return true
-}
-
-func unhex(c byte) (byte, bool) {
-	switch {
-	case '0' <= c && c <= '9':
-		return c - '0', true
-	case 'a' <= c && c <= 'f':
-		return c - 'a' + 10, true
-	}
-	return 0, false
-}
