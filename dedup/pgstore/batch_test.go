@@ -255,8 +255,33 @@ func TestClaimGivenUpInFlightIsUndone(t *testing.T) {
 	if a := await(t, "the claim whose deadline passed", ch); !errors.Is(a.err, context.DeadlineExceeded) || errors.Is(a.err, dedup.ErrStoreUnavailable) {
 		t.Fatalf("claim = %+v, %v; want its own context's error", a.c, a.err)
 	}
+	// The statement commits on its own time, which under load can come
+	// after keyFree's first look: "no live row" must mean undone, not
+	// not yet written.
+	keyHeld(t, pool, table, key)
 	release()
 	keyFree(t, pool, s, table, key)
+}
+
+// keyHeld polls until a live row holds key.
+func keyHeld(t *testing.T, pool *pgxpool.Pool, table, key string) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		var live int
+		err := pool.QueryRow(context.Background(), "SELECT count(*) FROM "+table+" WHERE namespace = 'default' AND key = $1 AND expires_at > now()", key).Scan(&live)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if live == 1 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the claim of %q never committed", key)
+		}
+		tm := time.NewTimer(10 * time.Millisecond)
+		<-tm.C
+	}
 }
 
 // The claim of TestClaimRacingTakeoverAnswersFromLatestRow, sharing its

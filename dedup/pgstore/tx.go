@@ -174,11 +174,11 @@ type txBeginner interface {
 func (s *Store) begin(ctx context.Context) (tx pgx.Tx, commitFinishes bool, err error) {
 	if b, ok := s.db.(txBeginner); ok {
 		commit := s.commitSQL
-		if s.prepareFinish {
+		if s.sessionStatements {
 			commit = s.commitPreparedSQL
 		}
 		tx, err = b.BeginTx(ctx, pgx.TxOptions{CommitQuery: commit})
-		if err != nil || !s.prepareFinish {
+		if err != nil || !s.sessionStatements {
 			return tx, true, err
 		}
 		// pgx prepares a name once per connection, and then answers
