@@ -232,7 +232,8 @@ func (c *Consumer) Run(ctx context.Context, h Handler) error {
 	})
 	defer stopWatch()
 
-	p := &pipeline{slots: make(chan struct{}, c.opts.Concurrency), stopping: ctx.Done(), h: h}
+	p := &pipeline{slots: make(chan struct{}, c.opts.Concurrency), stopping: ctx.Done(), h: h,
+		hctx: hctx, detached: context.WithoutCancel(hctx)}
 	workers := c.opts.Concurrency
 	if c.opts.Dedup != nil {
 		p.settles = make(chan struct{}, settlesPerSlot*c.opts.Concurrency)
@@ -416,6 +417,11 @@ type pipeline struct {
 	fastAck  driver.UnconfirmedAcker
 	stopping <-chan struct{} // Run's context: ends the holding of unavailable deliveries
 	h        Handler
+	// hctx is the handlers' context, and detached the same without its
+	// cancellation: the parent of every settle whose delivery has no span
+	// of its own (telemetry off), detached once per Run, not per settle.
+	hctx, detached context.Context
+	timers         settlectx.Timers // the settles' timers, reused
 }
 
 // handle runs p.h on one delivery, keeping its lease alive, then settles it,
@@ -447,7 +453,7 @@ func (c *Consumer) handle(ctx context.Context, p *pipeline, lease *leaseKeeper, 
 		span.SetStatus(codes.Error, err.Error())
 	}
 	if p.settles == nil {
-		c.settleDelivery(ctx, &in.sctx, d, err)
+		c.settleDelivery(ctx, p, &in.sctx, d, err)
 		<-p.slots
 		return
 	}
@@ -458,7 +464,7 @@ func (c *Consumer) handle(ctx context.Context, p *pipeline, lease *leaseKeeper, 
 	}
 	p.settles <- struct{}{}
 	<-p.slots
-	c.settleDelivery(ctx, &in.sctx, d, err)
+	c.settleDelivery(ctx, p, &in.sctx, d, err)
 	<-p.settles
 }
 
@@ -472,8 +478,12 @@ type inflight struct {
 // settleDelivery acks, nacks or terminates d by its handler's result err,
 // retrying within SettleTimeout (on sctx, a zero Ctx it sets up), and
 // counts and logs the outcome.
-func (c *Consumer) settleDelivery(ctx context.Context, sctx *settlectx.Ctx, d *driver.Delivery, err error) {
-	sctx.Init(ctx, c.opts.SettleTimeout)
+func (c *Consumer) settleDelivery(ctx context.Context, p *pipeline, sctx *settlectx.Ctx, d *driver.Delivery, err error) {
+	detached := p.detached
+	if ctx != p.hctx {
+		detached = context.WithoutCancel(ctx)
+	}
+	sctx.InitDetached(detached, c.opts.SettleTimeout, &p.timers)
 	defer sctx.Release()
 	var what string
 	var delay time.Duration
