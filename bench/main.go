@@ -258,16 +258,12 @@ func selectRows(rows []row, name string) []row {
 // profilePath names a row's profile group-case-conc.prof in dir, the case
 // with whatever a file name should not hold replaced; a second row of the
 // same name (jetstream's two consume+guard rows) adds its dedupq side's
-// name, and, where that is taken too (jetstream's two consume rows share
-// their dedupq side), its raw side's as well.
+// name.
 func profilePath(dir, group string, r row, taken []string) string {
 	base := group + "-" + r.name + "-" + strconv.Itoa(r.conc)
 	p := filepath.Join(dir, fileSafe(base)+".prof")
 	if slices.Contains(taken, p) {
 		p = filepath.Join(dir, fileSafe(base+"-"+r.dq.name)+".prof")
-	}
-	if slices.Contains(taken, p) {
-		p = filepath.Join(dir, fileSafe(base+"-"+r.dq.name+"-vs-"+r.raw.name)+".prof")
 	}
 	return p
 }
