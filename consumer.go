@@ -232,7 +232,8 @@ func (c *Consumer) Run(ctx context.Context, h Handler) error {
 	})
 	defer stopWatch()
 
-	p := &pipeline{slots: make(chan struct{}, c.opts.Concurrency), stopping: ctx.Done(), h: h}
+	p := &pipeline{slots: make(chan struct{}, c.opts.Concurrency), stopping: ctx.Done(), h: h,
+		hctx: hctx, detached: context.WithoutCancel(hctx)}
 	workers := c.opts.Concurrency
 	if c.opts.Dedup != nil {
 		p.settles = make(chan struct{}, settlesPerSlot*c.opts.Concurrency)
@@ -246,19 +247,25 @@ func (c *Consumer) Run(ctx context.Context, h Handler) error {
 	// One timer extends the leases of every delivery in flight.
 	leases := clock.NewScheduler(c.clock)
 	defer leases.Stop()
-	work := make(chan *driver.Delivery)
+	work := make(chan job)
 	wg.Add(workers)
 	for range workers {
 		go func() {
 			defer wg.Done()
 			k := &leaseKeeper{c: c, s: leases}
 			k.extend = k.run
-			for d := range work {
-				c.handle(hctx, p, k, d)
+			for j := range work {
+				c.handle(hctx, p, k, j.d, j.in)
 			}
 		}()
 	}
-	err := c.receiveLoop(rctx, p.slots, func(d *driver.Delivery) { work <- d })
+	err := c.receiveLoop(rctx, p.slots, func(ds []*driver.Delivery) {
+		// What the deliveries of one receive allocate, in one block.
+		ins := make([]inflight, len(ds))
+		for i, d := range ds {
+			work <- job{d, &ins[i]}
+		}
+	})
 	close(work)
 	// A worker returns only once its last settle has: the driver is closed
 	// (finish) only after the last settle returned.
@@ -353,7 +360,7 @@ func (o *outage) recovered(c *Consumer) {
 // receiveLoop fetches as many deliveries as there are free handler slots
 // and starts each; it returns nil when ctx is done, and an error only when
 // receiving failed for good.
-func (c *Consumer) receiveLoop(ctx context.Context, slots chan struct{}, start func(*driver.Delivery)) error {
+func (c *Consumer) receiveLoop(ctx context.Context, slots chan struct{}, start func([]*driver.Delivery)) error {
 	var out outage
 	for {
 		select {
@@ -382,8 +389,8 @@ func (c *Consumer) receiveLoop(ctx context.Context, slots chan struct{}, start f
 		for range n - len(ds) {
 			<-slots
 		}
-		for _, d := range ds {
-			start(d)
+		if len(ds) > 0 {
+			start(ds)
 		}
 		switch {
 		case err == nil:
@@ -416,6 +423,11 @@ type pipeline struct {
 	fastAck  driver.UnconfirmedAcker
 	stopping <-chan struct{} // Run's context: ends the holding of unavailable deliveries
 	h        Handler
+	// hctx is the handlers' context, and detached the same without its
+	// cancellation: the parent of every settle whose delivery has no span
+	// of its own (telemetry off), detached once per Run, not per settle.
+	hctx, detached context.Context
+	timers         settlectx.Timers // the settles' timers, reused
 }
 
 // handle runs p.h on one delivery, keeping its lease alive, then settles it,
@@ -425,13 +437,11 @@ type pipeline struct {
 // ErrUnavailable, it runs it again after a backoff (receiveBackoff's),
 // holding the delivery, until p.stopping (Run's context) is done; only then
 // is such a delivery nacked.
-func (c *Consumer) handle(ctx context.Context, p *pipeline, lease *leaseKeeper, d *driver.Delivery) {
+func (c *Consumer) handle(ctx context.Context, p *pipeline, lease *leaseKeeper, d *driver.Delivery, in *inflight) {
 	c.stats.received.Add(1)
 	ctx, span := c.tel.startDelivery(ctx, d)
 	defer span.End()
 	lease.start(ctx, d)
-	// The handler's copy and the settle's context in one allocation.
-	in := new(inflight)
 	copyDelivery(&in.d, d)
 	err := safeCall(ctx, p.h, &in.d)
 	for n := 1; errors.Is(err, ErrUnavailable) && !IsPermanent(err); n++ {
@@ -447,7 +457,7 @@ func (c *Consumer) handle(ctx context.Context, p *pipeline, lease *leaseKeeper, 
 		span.SetStatus(codes.Error, err.Error())
 	}
 	if p.settles == nil {
-		c.settleDelivery(ctx, &in.sctx, d, err)
+		c.settleDelivery(ctx, p, &in.sctx, d, err)
 		<-p.slots
 		return
 	}
@@ -458,12 +468,20 @@ func (c *Consumer) handle(ctx context.Context, p *pipeline, lease *leaseKeeper, 
 	}
 	p.settles <- struct{}{}
 	<-p.slots
-	c.settleDelivery(ctx, &in.sctx, d, err)
+	c.settleDelivery(ctx, p, &in.sctx, d, err)
 	<-p.settles
 }
 
-// inflight is what one delivery allocates: the handler's copy of it and
-// the context of its settle.
+// job is a delivery for a worker, and the zero inflight it is handled in.
+type job struct {
+	d  *driver.Delivery
+	in *inflight
+}
+
+// inflight is what one delivery needs of its own: the handler's copy of it
+// and the context of its settle. The inflights of one receive are
+// allocated together, and stay in memory until the last of them is done
+// with.
 type inflight struct {
 	d    Delivery
 	sctx settlectx.Ctx
@@ -472,8 +490,12 @@ type inflight struct {
 // settleDelivery acks, nacks or terminates d by its handler's result err,
 // retrying within SettleTimeout (on sctx, a zero Ctx it sets up), and
 // counts and logs the outcome.
-func (c *Consumer) settleDelivery(ctx context.Context, sctx *settlectx.Ctx, d *driver.Delivery, err error) {
-	sctx.Init(ctx, c.opts.SettleTimeout)
+func (c *Consumer) settleDelivery(ctx context.Context, p *pipeline, sctx *settlectx.Ctx, d *driver.Delivery, err error) {
+	detached := p.detached
+	if ctx != p.hctx {
+		detached = context.WithoutCancel(ctx)
+	}
+	sctx.InitDetached(detached, c.opts.SettleTimeout, &p.timers)
 	defer sctx.Release()
 	var what string
 	var delay time.Duration

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -324,6 +325,74 @@ func jetstreamRows(ctx context.Context, c config, url string) ([]row, func(), er
 		}
 		return w.stop(), nil
 	}}
+	// rawConsumeConfirmed acks as the Consumer without Dedup must (a lost
+	// ack would repeat the handler's effect): DoubleAck, a request the
+	// server answers, consumeConcurrency of them in flight at once on a
+	// fixed pool of goroutines, under one context with a deadline so that
+	// no ack makes a timer of its own. An extra baseline beside Fetch+Ack:
+	// it shows how much of the consume row's gap the confirmation is.
+	rawConsumeConfirmed := side{"Fetch+DoubleAck", func(ctx context.Context, _ int, n int64) (time.Duration, error) {
+		cfg, err := filled(ctx, n)
+		if err != nil {
+			return 0, err
+		}
+		cons, err := js.CreateConsumer(ctx, cfg.Stream, jetstream.ConsumerConfig{Durable: cfg.Durable, AckPolicy: jetstream.AckExplicitPolicy, MaxDeliver: 5})
+		if err != nil {
+			return 0, err
+		}
+		ctx, cancel := context.WithTimeout(ctx, 5*time.Minute)
+		defer cancel()
+		var (
+			wg     sync.WaitGroup
+			mu     sync.Mutex
+			ackErr error
+		)
+		work := make(chan jetstream.Msg)
+		w := startWatch()
+		wg.Add(consumeConcurrency)
+		for range consumeConcurrency {
+			go func() {
+				defer wg.Done()
+				for m := range work {
+					if err := m.DoubleAck(ctx); err != nil {
+						mu.Lock()
+						ackErr = cmp.Or(ackErr, err)
+						mu.Unlock()
+					}
+				}
+			}()
+		}
+		err = func() error {
+			defer func() { close(work); wg.Wait() }()
+			seen := make(map[uint64]bool, n)
+			for int64(len(seen)) < n {
+				if err := ctx.Err(); err != nil {
+					return fmt.Errorf("consumed %d of %d: %w", len(seen), n, err)
+				}
+				batch, err := cons.Fetch(int(min(consumeConcurrency, n-int64(len(seen)))), jetstream.FetchMaxWait(time.Second))
+				if err != nil {
+					return err
+				}
+				for m := range batch.Messages() {
+					meta, err := m.Metadata()
+					if err != nil {
+						return err
+					}
+					work <- m
+					seen[meta.Sequence.Stream] = true
+				}
+				if err := batch.Error(); err != nil && !errors.Is(err, nats.ErrTimeout) {
+					return err
+				}
+			}
+			return nil
+		}()
+		d := w.stop()
+		if err == nil {
+			err = ackErr // every ack has returned: wg.Wait
+		}
+		return d, err
+	}}
 	dqConsume := func(name string, store func() (dedup.Store, error)) side {
 		return side{name, func(ctx context.Context, _ int, n int64) (time.Duration, error) {
 			cfg, err := filled(ctx, n)
@@ -355,6 +424,8 @@ func jetstreamRows(ctx context.Context, c config, url string) ([]row, func(), er
 	rows := []row{
 		{name: "publish 1 KiB", conc: 1, n: n, goal: 0.95, allocGoal: true, raw: rawPublish, dq: dqPublish},
 		{name: "consume", conc: consumeConcurrency, n: n, allocGoal: true, raw: rawConsume, dq: dqConsume("Consumer", nil)},
+		// The same Consumer beside raw acks confirmed as its own are.
+		{name: "consume", conc: consumeConcurrency, n: n, raw: rawConsumeConfirmed, dq: dqConsume("Consumer", nil)},
 		{name: "consume+guard", conc: consumeConcurrency, n: n, goal: 0.8, raw: rawConsume, dq: dqConsume("Consumer+Guard(memstore)", mems)},
 	}
 	if c.only["redis"] || rdb.Ping(ctx).Err() == nil {

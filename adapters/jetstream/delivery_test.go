@@ -10,6 +10,8 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/dedupq/dedupq/driver"
 )
 
 // fakeMsg is a consumed message as the client hands it out: the fields
@@ -53,7 +55,8 @@ func TestDeliveryFromReply(t *testing.T) {
 		{"bad number", "$JS.ACK.S.worker.x.123456.98.1700000000000000000.5", subject, nats.Header{jetstream.MsgIDHeader: {"id-6"}}, 1, "", "id-6", ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			d := sub.delivery(&fakeMsg{subject: tc.msgSubject, reply: tc.reply, header: tc.header, data: []byte("x")})
+			d := new(driver.Delivery)
+			sub.fill(d, &fakeMsg{subject: tc.msgSubject, reply: tc.reply, header: tc.header, data: []byte("x")})
 			if d.Attempt != tc.attempt || d.BackendID != tc.backendID || d.Message.ID != tc.id || d.Message.GroupKey != tc.group {
 				t.Errorf("delivery: attempt %d, backend ID %q, ID %q, group %q; want %d, %q, %q, %q",
 					d.Attempt, d.BackendID, d.Message.ID, d.Message.GroupKey, tc.attempt, tc.backendID, tc.id, tc.group)
@@ -69,14 +72,78 @@ func TestDeliveryFromReply(t *testing.T) {
 }
 
 // TestDeliveryAllocations: converting a delivery with a dedup ID and no
-// attributes allocates the Delivery only. Before, the client's Metadata,
-// the formatted sequence and the group prefix cost three more.
+// attributes allocates nothing; the Delivery itself comes from a block
+// (TestDeliveriesOfAPull). Before, the client's Metadata, the formatted
+// sequence and the group prefix cost three allocations.
 func TestDeliveryAllocations(t *testing.T) {
 	const subject = "bench.BENCH_0123456789abcdef"
 	sub := &Subscription{cfg: Config{Subject: subject}, groupPrefix: subject + "."}
 	m := &fakeMsg{subject: subject, reply: "$JS.ACK.S.bench.1." + strconv.Itoa(1234567) + ".1.1700000000000000000.0",
 		header: nats.Header{jetstream.MsgIDHeader: {"m123"}}, data: payload}
-	if n := testing.AllocsPerRun(100, func() { sub.delivery(m) }); n > 1 {
-		t.Errorf("%.0f allocations per delivery, want 1", n)
+	var d driver.Delivery
+	if n := testing.AllocsPerRun(100, func() { sub.fill(&d, m) }); n > 0 {
+		t.Errorf("%.0f allocations per delivery, want none", n)
+	}
+}
+
+// TestDeliveriesOfAPull: the deliveries of one pull come out in order,
+// one per message, whether the client had them all buffered or hands them
+// over one by one; a pull of 64 buffered messages costs the slice and one
+// block of Deliveries (and the test's channel, two), not an allocation per
+// message (70 before).
+func TestDeliveriesOfAPull(t *testing.T) {
+	const subject = "bench.S"
+	sub := &Subscription{cfg: Config{Subject: subject}, groupPrefix: subject + "."}
+	sub.consCfg.AckWait = 7 * time.Second
+	msgs := make([]jetstream.Msg, 64)
+	for i := range msgs {
+		msgs[i] = &fakeMsg{subject: subject, reply: "$JS.ACK.S.bench.1." + strconv.Itoa(i+1) + ".1.1700000000000000000.0",
+			header: nats.Header{jetstream.MsgIDHeader: {"m" + strconv.Itoa(i)}}, data: payload}
+	}
+	buffered := func(n int) <-chan jetstream.Msg {
+		ch := make(chan jetstream.Msg, n)
+		for _, m := range msgs[:n] {
+			ch <- m
+		}
+		close(ch)
+		return ch
+	}
+	trickling := func(n int) <-chan jetstream.Msg {
+		ch := make(chan jetstream.Msg)
+		go func() {
+			defer close(ch)
+			for _, m := range msgs[:n] {
+				ch <- m
+			}
+		}()
+		return ch
+	}
+	for _, tc := range []struct {
+		name string
+		msgs func(n int) <-chan jetstream.Msg
+		n    int // messages the pull brings, of 64 asked for
+	}{
+		{"all buffered", buffered, 64},
+		{"some buffered", buffered, 5},
+		{"none", buffered, 0},
+		{"one by one", trickling, 64},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ds := sub.deliveries(tc.msgs(tc.n), 64)
+			if len(ds) != tc.n {
+				t.Fatalf("%d deliveries, want %d", len(ds), tc.n)
+			}
+			for i, d := range ds {
+				if d.Handle != msgs[i] || d.Message.ID != "m"+strconv.Itoa(i) || d.BackendID != strconv.Itoa(i+1) || d.Lease != 7*time.Second {
+					t.Fatalf("delivery %d: handle %v, ID %q, backend ID %q, lease %s; want message %d", i, d.Handle, d.Message.ID, d.BackendID, d.Lease, i)
+				}
+				if i > 0 && d == ds[i-1] {
+					t.Fatalf("deliveries %d and %d are the same", i-1, i)
+				}
+			}
+		})
+	}
+	if n := testing.AllocsPerRun(50, func() { sub.deliveries(buffered(64), 64) }); n > 4 {
+		t.Errorf("%.0f allocations for a pull of 64 buffered messages, want at most 4", n)
 	}
 }

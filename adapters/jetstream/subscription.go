@@ -276,10 +276,7 @@ func (s *Subscription) fetchNoWait(cons jetstream.Consumer, n int) ([]*driver.De
 	if err != nil {
 		return nil, fmt.Errorf("jetstream: fetch: %w", err)
 	}
-	var ds []*driver.Delivery
-	for m := range batch.Messages() {
-		ds = append(ds, s.delivery(m))
-	}
+	ds := s.deliveries(batch.Messages(), n)
 	if err := batch.Error(); err != nil && len(ds) == 0 {
 		return nil, fmt.Errorf("jetstream: fetch: %w", err)
 	}
@@ -316,7 +313,9 @@ func (s *Subscription) waitOne(ctx context.Context, cons jetstream.Consumer) (*d
 	if ok {
 		// Delivered already, even if ctx ended meanwhile: hand it out
 		// rather than leave it to wait out its AckWait.
-		return s.delivery(m), nil
+		d := new(driver.Delivery)
+		s.fill(d, m)
+		return d, nil
 	}
 	if err := ctx.Err(); err != nil {
 		return nil, err
@@ -327,9 +326,32 @@ func (s *Subscription) waitOne(ctx context.Context, cons jetstream.Consumer) (*d
 	return nil, nil
 }
 
-// delivery wraps a consumed message.
-func (s *Subscription) delivery(m jetstream.Msg) *driver.Delivery {
-	d := &driver.Delivery{Message: fromNATS(s.groupPrefix, m), Handle: m}
+// deliveries wraps the messages of one pull of up to n. The Deliveries
+// come in blocks, each as long as what the client has buffered when it is
+// made (and no longer than the pull can still bring): a pull costs an
+// allocation or a few instead of one per message, and one that brings
+// fewer than n costs no more than it brings. A block stays in memory until
+// its last Delivery is settled.
+func (s *Subscription) deliveries(msgs <-chan jetstream.Msg, n int) []*driver.Delivery {
+	var ds []*driver.Delivery
+	var block []driver.Delivery
+	for m := range msgs {
+		if len(block) == 0 {
+			block = make([]driver.Delivery, max(min(len(msgs)+1, n-len(ds)), 1))
+		}
+		if ds == nil {
+			ds = make([]*driver.Delivery, 0, len(block))
+		}
+		s.fill(&block[0], m)
+		ds = append(ds, &block[0])
+		block = block[1:]
+	}
+	return ds
+}
+
+// fill makes d the delivery of a consumed message.
+func (s *Subscription) fill(d *driver.Delivery, m jetstream.Msg) {
+	*d = driver.Delivery{Message: fromNATS(s.groupPrefix, m), Handle: m}
 	if delivered, seq, ok := ackReplyFields(m.Reply()); ok {
 		d.Attempt, d.BackendID = int(min(delivered, math.MaxInt32)), seq
 	}
@@ -337,7 +359,6 @@ func (s *Subscription) delivery(m jetstream.Msg) *driver.Delivery {
 	s.mu.Lock()
 	d.Lease = hold(s.consCfg, d.Attempt)
 	s.mu.Unlock()
-	return d
 }
 
 // hold is how long the server holds delivery n before redelivering it:

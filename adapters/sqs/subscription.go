@@ -176,11 +176,7 @@ func (s *Subscription) Receive(ctx context.Context, maxMessages int) ([]*driver.
 			return nil, err
 		}
 		if len(out.Messages) > 0 {
-			ds := make([]*driver.Delivery, len(out.Messages))
-			for i, m := range out.Messages {
-				ds[i] = s.delivery(m, s.lease(info))
-			}
-			return ds, nil
+			return s.deliveries(out.Messages, s.lease(info)), nil
 		}
 		if wait == 0 {
 			t := time.NewTimer(100 * time.Millisecond)
@@ -200,8 +196,28 @@ func attemptID() string {
 	return hex.EncodeToString(b[:])
 }
 
-// delivery turns a received SQS message back into what was published.
-func (s *Subscription) delivery(m types.Message, lease time.Duration) *driver.Delivery {
+// deliveries turns the messages of one receive back into what was
+// published. The Deliveries and their handles come in one block for the
+// receive rather than two allocations per message; the block stays in
+// memory until the last of them is settled (ten messages at most).
+func (s *Subscription) deliveries(ms []types.Message, lease time.Duration) []*driver.Delivery {
+	block := make([]struct {
+		d driver.Delivery
+		r received
+	}, len(ms))
+	ds := make([]*driver.Delivery, len(ms))
+	for i, m := range ms {
+		b := &block[i]
+		b.d, b.r = s.delivery(m, lease), received{receipt: aws.ToString(m.ReceiptHandle), msg: m}
+		b.d.Handle = &b.r
+		ds[i] = &b.d
+	}
+	return ds
+}
+
+// delivery turns a received SQS message back into what was published,
+// without its Handle.
+func (s *Subscription) delivery(m types.Message, lease time.Duration) driver.Delivery {
 	msg := driver.Message{
 		ID:       m.Attributes[string(types.MessageSystemAttributeNameMessageDeduplicationId)],
 		GroupKey: m.Attributes[string(types.MessageSystemAttributeNameMessageGroupId)],
@@ -229,10 +245,7 @@ func (s *Subscription) delivery(m types.Message, lease time.Duration) *driver.De
 	if err != nil || attempt < 1 {
 		attempt = 1
 	}
-	return &driver.Delivery{
-		Message: msg, Attempt: attempt, BackendID: aws.ToString(m.MessageId),
-		Lease: lease, Handle: &received{receipt: aws.ToString(m.ReceiptHandle), msg: m},
-	}
+	return driver.Delivery{Message: msg, Attempt: attempt, BackendID: aws.ToString(m.MessageId), Lease: lease}
 }
 
 // received is a Delivery's Handle: the receipt handle that settles it, and

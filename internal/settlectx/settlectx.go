@@ -16,10 +16,11 @@ import (
 type Ctx struct {
 	context.Context // the parent, through context.WithoutCancel
 	deadline        time.Time
+	timers          *Timers // where the timer comes from and goes back to; nil: made afresh
 
 	mu    sync.Mutex
 	done  chan struct{}
-	timer *time.Timer
+	timer *expirer
 	err   error
 }
 
@@ -34,7 +35,15 @@ func New(parent context.Context, timeout time.Duration) *Ctx {
 // Init is New on a zero Ctx, for one allocated with something else of its
 // caller's.
 func (c *Ctx) Init(parent context.Context, timeout time.Duration) {
-	c.Context, c.deadline = context.WithoutCancel(parent), time.Now().Add(timeout)
+	c.InitDetached(context.WithoutCancel(parent), timeout, nil)
+}
+
+// InitDetached is Init for a caller that has detached the parent from its
+// cancellation already (context.WithoutCancel), and may share that among
+// its Ctxs: the detaching is an allocation. The timer a Done arms comes
+// from timers, and goes back to it on Release; nil timers makes one.
+func (c *Ctx) InitDetached(detached context.Context, timeout time.Duration, timers *Timers) {
+	c.Context, c.deadline, c.timers = detached, time.Now().Add(timeout), timers
 }
 
 func (c *Ctx) Deadline() (time.Time, bool) { return c.deadline, true }
@@ -49,11 +58,7 @@ func (c *Ctx) Done() <-chan struct{} {
 			close(c.done)
 			return c.done
 		}
-		c.timer = time.AfterFunc(time.Until(c.deadline), func() {
-			c.mu.Lock()
-			defer c.mu.Unlock()
-			c.expireLocked()
-		})
+		c.timer = c.timers.arm(c, time.Until(c.deadline))
 	}
 	return c.done
 }
@@ -80,8 +85,65 @@ func (c *Ctx) expireLocked() {
 // Release stops c's timer, if one was armed; c must not be used after.
 func (c *Ctx) Release() {
 	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.timer != nil {
-		c.timer.Stop()
+	e := c.timer
+	c.timer = nil
+	c.mu.Unlock()
+	if e != nil {
+		c.timers.disarm(e)
 	}
+}
+
+// Timers recycles the timers of the Ctxs initialised with it, so that a
+// settle that waits on Done (a driver whose ack is a request and reply)
+// costs its done channel only, not a timer and a closure as well. The
+// zero value is ready to use; a Timers must not be copied once used.
+type Timers struct{ pool sync.Pool }
+
+// expirer is a timer that expires whichever Ctx it is armed for.
+type expirer struct {
+	t  *time.Timer
+	mu sync.Mutex
+	c  *Ctx // nil while idle
+}
+
+func (e *expirer) fire() {
+	e.mu.Lock()
+	c := e.c
+	e.mu.Unlock()
+	if c == nil {
+		return
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.expireLocked()
+}
+
+// arm starts a timer that expires c after d; ts may be nil.
+func (ts *Timers) arm(c *Ctx, d time.Duration) *expirer {
+	var e *expirer
+	if ts != nil {
+		e, _ = ts.pool.Get().(*expirer)
+	}
+	if e == nil {
+		e = &expirer{c: c}
+		e.t = time.AfterFunc(d, e.fire)
+		return e
+	}
+	e.mu.Lock()
+	e.c = c
+	e.mu.Unlock()
+	e.t.Reset(d)
+	return e
+}
+
+// disarm stops e's timer and, when it had not fired, gives it back for
+// reuse: one that fired may still be running fire, so it is left alone.
+func (ts *Timers) disarm(e *expirer) {
+	if !e.t.Stop() || ts == nil {
+		return
+	}
+	e.mu.Lock()
+	e.c = nil
+	e.mu.Unlock()
+	ts.pool.Put(e)
 }

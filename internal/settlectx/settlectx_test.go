@@ -72,3 +72,39 @@ func TestSettleCtxTimerFires(t *testing.T) {
 		t.Fatalf("Cause = %v", err)
 	}
 }
+
+// TestTimersReused: a timer given back by Release expires the next Ctx it
+// is armed for, at that Ctx's deadline, and not the Ctx it served before;
+// a Done armed from the pool costs its channel only.
+func TestTimersReused(t *testing.T) {
+	var timers Timers
+	parent := context.WithoutCancel(context.Background())
+	first := new(Ctx)
+	first.InitDetached(parent, time.Hour, &timers)
+	first.Done()
+	first.Release()
+	second := new(Ctx)
+	second.InitDetached(parent, 10*time.Millisecond, &timers)
+	defer second.Release()
+	select {
+	case <-second.Done():
+	case <-time.After(time.Minute):
+		t.Fatal("Done not closed a minute after a 10ms deadline on a reused timer")
+	}
+	if err := first.Err(); err != nil {
+		t.Fatalf("the released Ctx expired with its timer's next use: %v", err)
+	}
+	if raceEnabled {
+		return // the race detector drops sync.Pool items at random
+	}
+	var c Ctx
+	allocs := testing.AllocsPerRun(100, func() {
+		c = Ctx{}
+		c.InitDetached(parent, time.Hour, &timers)
+		c.Done()
+		c.Release()
+	})
+	if allocs > 1 {
+		t.Errorf("%.0f allocations per armed settle, want 1 (the done channel)", allocs)
+	}
+}

@@ -1,0 +1,5 @@
+//go:build !race
+
+package settlectx
+
+const raceEnabled = false

@@ -1,0 +1,5 @@
+//go:build !race
+
+package dedupq
+
+const raceEnabled = false
