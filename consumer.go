@@ -251,10 +251,10 @@ func (c *Consumer) Run(ctx context.Context, h Handler) error {
 	for range workers {
 		go func() {
 			defer wg.Done()
-			k := &leaseKeeper{c: c, s: leases}
-			k.extend = k.run
+			w := &worker{lease: leaseKeeper{c: c, s: leases}, span: c.tel.newProcessStart()}
+			w.lease.extend = w.lease.run
 			for d := range work {
-				c.handle(hctx, p, k, d)
+				c.handle(hctx, p, w, d)
 			}
 		}()
 	}
@@ -425,10 +425,11 @@ type pipeline struct {
 // ErrUnavailable, it runs it again after a backoff (receiveBackoff's),
 // holding the delivery, until p.stopping (Run's context) is done; only then
 // is such a delivery nacked.
-func (c *Consumer) handle(ctx context.Context, p *pipeline, lease *leaseKeeper, d *driver.Delivery) {
+func (c *Consumer) handle(ctx context.Context, p *pipeline, w *worker, d *driver.Delivery) {
 	c.stats.received.Add(1)
-	ctx, span := c.tel.startDelivery(ctx, d)
+	ctx, span := c.tel.startDelivery(ctx, w.span, d)
 	defer span.End()
+	lease := &w.lease
 	lease.start(ctx, d)
 	// The handler's copy and the settle's context in one allocation.
 	in := new(inflight)
@@ -460,6 +461,13 @@ func (c *Consumer) handle(ctx context.Context, p *pipeline, lease *leaseKeeper, 
 	<-p.slots
 	c.settleDelivery(ctx, &in.sctx, d, err)
 	<-p.settles
+}
+
+// worker is what one of Run's workers reuses from one delivery to the
+// next.
+type worker struct {
+	lease leaseKeeper
+	span  *processStart // nil with tracing off
 }
 
 // inflight is what one delivery allocates: the handler's copy of it and
