@@ -252,10 +252,10 @@ func (c *Consumer) Run(ctx context.Context, h Handler) error {
 	for range workers {
 		go func() {
 			defer wg.Done()
-			k := &leaseKeeper{c: c, s: leases}
-			k.extend = k.run
+			w := &worker{lease: leaseKeeper{c: c, s: leases}, span: c.tel.newProcessStart()}
+			w.lease.extend = w.lease.run
 			for j := range work {
-				c.handle(hctx, p, k, j.d, j.in)
+				c.handle(hctx, p, w, j.d, j.in)
 			}
 		}()
 	}
@@ -437,10 +437,11 @@ type pipeline struct {
 // ErrUnavailable, it runs it again after a backoff (receiveBackoff's),
 // holding the delivery, until p.stopping (Run's context) is done; only then
 // is such a delivery nacked.
-func (c *Consumer) handle(ctx context.Context, p *pipeline, lease *leaseKeeper, d *driver.Delivery, in *inflight) {
+func (c *Consumer) handle(ctx context.Context, p *pipeline, w *worker, d *driver.Delivery, in *inflight) {
 	c.stats.received.Add(1)
-	ctx, span := c.tel.startDelivery(ctx, d)
+	ctx, span := c.tel.startDelivery(ctx, w.span, d)
 	defer span.End()
+	lease := &w.lease
 	lease.start(ctx, d)
 	copyDelivery(&in.d, d)
 	err := safeCall(ctx, p.h, &in.d)
@@ -476,6 +477,13 @@ func (c *Consumer) handle(ctx context.Context, p *pipeline, lease *leaseKeeper, 
 type job struct {
 	d  *driver.Delivery
 	in *inflight
+}
+
+// worker is what one of Run's workers reuses from one delivery to the
+// next.
+type worker struct {
+	lease leaseKeeper
+	span  *processStart // nil with tracing off
 }
 
 // inflight is what one delivery needs of its own: the handler's copy of it

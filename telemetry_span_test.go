@@ -14,9 +14,11 @@ import (
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"go.opentelemetry.io/otel/trace"
+	tnoop "go.opentelemetry.io/otel/trace/noop"
 
 	"github.com/dedupq/dedupq"
 	"github.com/dedupq/dedupq/adapters/mem"
+	"github.com/dedupq/dedupq/driver"
 )
 
 // Each process span carries, from its start (where a sampler sees them),
@@ -111,3 +113,79 @@ func (s recordingSampler) ShouldSample(p sdktrace.SamplingParameters) sdktrace.S
 }
 
 func (recordingSampler) Description() string { return "recordingSampler" }
+
+// The publisher's tracestate reaches the handler's context with its
+// traceparent, under the SDK and under the API's no-op tracer, and
+// neither reaches the handler's attributes; a tracestate without a
+// traceparent is removed and not extracted.
+func TestTraceStateReachesTheHandler(t *testing.T) {
+	ctx := context.Background()
+	state, err := trace.ParseTraceState("vendor=v1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	caller := trace.NewSpanContext(trace.SpanContextConfig{TraceID: trace.TraceID{1}, SpanID: trace.SpanID{1},
+		TraceFlags: trace.FlagsSampled, TraceState: state, Remote: true})
+	pctx := trace.ContextWithRemoteSpanContext(ctx, caller)
+	for _, tc := range []struct {
+		name string
+		tp   trace.TracerProvider
+	}{
+		{"sdk", sdktrace.NewTracerProvider()},
+		{"noop", tnoop.NewTracerProvider()},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			broker := mem.NewBroker(mem.Options{DedupWindow: 2 * time.Minute})
+			pub, err := dedupq.NewPublisher(ctx, broker.Topic("q"), dedupq.PublisherOptions{TracerProvider: sdktrace.NewTracerProvider()})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer pub.Close(ctx)
+			if _, err := pub.Publish(pctx, &dedupq.Message{ID: "traced", Attributes: map[string]string{"k": "v"}}); err != nil {
+				t.Fatal(err)
+			}
+			// A tracestate alone, as a broker may hand back a message whose
+			// traceparent was lost.
+			if _, err := broker.Topic("q").SendBatch(ctx, []*driver.Message{{ID: "state-only",
+				Attributes: map[string]string{driver.AttrTraceState: "vendor=v2"}}}); err != nil {
+				t.Fatal(err)
+			}
+			con, err := dedupq.NewConsumer(ctx, broker.Subscription("q"), dedupq.ConsumerOptions{TracerProvider: tc.tp})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer con.Close(ctx)
+			type seen struct {
+				attrs map[string]string
+				sc    trace.SpanContext
+			}
+			got := map[string]seen{}
+			runCtx, stop := context.WithCancel(ctx)
+			err = con.Run(runCtx, func(ctx context.Context, d *dedupq.Delivery) error {
+				got[d.Message.ID] = seen{d.Message.Attributes, trace.SpanContextFromContext(ctx)}
+				if len(got) == 2 {
+					stop()
+				}
+				return nil
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			traced := got["traced"]
+			if traced.sc.TraceID() != caller.TraceID() || traced.sc.TraceState().Get("vendor") != "v1" {
+				t.Errorf("the handler's span context is %v (tracestate %q), want trace %v with tracestate vendor=v1",
+					traced.sc, traced.sc.TraceState(), caller.TraceID())
+			}
+			if len(traced.attrs) != 1 || traced.attrs["k"] != "v" {
+				t.Errorf("the handler saw attributes %v, want only k=v", traced.attrs)
+			}
+			alone := got["state-only"]
+			if alone.attrs != nil {
+				t.Errorf("the handler saw attributes %v for a tracestate alone, want none", alone.attrs)
+			}
+			if alone.sc.TraceID() == caller.TraceID() || alone.sc.TraceState().Len() != 0 {
+				t.Errorf("a tracestate alone gave the handler the span context %v (tracestate %q)", alone.sc, alone.sc.TraceState())
+			}
+		})
+	}
+}

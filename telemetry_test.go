@@ -395,3 +395,53 @@ func TestTraceContextUnderEachSetting(t *testing.T) {
 		})
 	}
 }
+
+// dedupq.handler.duration records how long the handler ran: at least
+// what the handler itself measured.
+func TestHandlerDurationCoversTheHandler(t *testing.T) {
+	ctx := context.Background()
+	broker := mem.NewBroker(mem.Options{DedupWindow: 2 * time.Minute})
+	if _, err := broker.Topic("q").SendBatch(ctx, []*driver.Message{{ID: "a"}}); err != nil {
+		t.Fatal(err)
+	}
+	reader := sdkmetric.NewManualReader()
+	con, err := dedupq.NewConsumer(ctx, broker.Subscription("q"), dedupq.ConsumerOptions{
+		MeterProvider: sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader)), TracerProvider: oteloff.TracerProvider{}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer con.Close(ctx)
+	runCtx, stop := context.WithCancel(ctx)
+	var ran time.Duration
+	err = con.Run(runCtx, func(context.Context, *dedupq.Delivery) error {
+		// Busy for a while, as a handler doing work is: the duration is
+		// what is measured, no condition is waited for.
+		start := time.Now()
+		for time.Since(start) < 2*time.Millisecond {
+		}
+		ran = time.Since(start)
+		stop()
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rm metricdata.ResourceMetrics
+	if err := reader.Collect(ctx, &rm); err != nil {
+		t.Fatal(err)
+	}
+	var sum float64
+	var count uint64
+	for _, sm := range rm.ScopeMetrics {
+		for _, m := range sm.Metrics {
+			if h, ok := m.Data.(metricdata.Histogram[float64]); ok && m.Name == "dedupq.handler.duration" {
+				for _, p := range h.DataPoints {
+					sum, count = sum+p.Sum, count+p.Count
+				}
+			}
+		}
+	}
+	if count != 1 || sum < ran.Seconds() {
+		t.Errorf("dedupq.handler.duration: %d points summing to %gs, want 1 of at least the handler's own %gs", count, sum, ran.Seconds())
+	}
+}

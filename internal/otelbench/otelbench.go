@@ -6,8 +6,11 @@ package otelbench
 
 import (
 	"context"
+	"os"
 	"runtime"
+	"runtime/pprof"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -53,11 +56,13 @@ func (discardSpans) Shutdown(context.Context) error                             
 //     exporter;
 //   - sdk-export: the same tracer with a synchronous exporter that drops
 //     the spans.
+//
+// The environment variable OTELBENCH_ONLY narrows the list (see only).
 func Variants() []Variant {
 	mp := func() metric.MeterProvider {
 		return sdkmetric.NewMeterProvider(sdkmetric.WithReader(sdkmetric.NewManualReader()))
 	}
-	return []Variant{
+	vs := []Variant{
 		{"off", oteloff.MeterProvider{}, oteloff.TracerProvider{}},
 		{"noop", mnoop.NewMeterProvider(), tnoop.NewTracerProvider()},
 		{"noop-hidden", hiddenNoop{}, tnoop.NewTracerProvider()},
@@ -68,6 +73,21 @@ func Variants() []Variant {
 		{"sdk-export", mp(), sdktrace.NewTracerProvider(sdktrace.WithSampler(sdktrace.AlwaysSample()),
 			sdktrace.WithSyncer(discardSpans{}))},
 	}
+	return only(vs, os.Getenv("OTELBENCH_ONLY"))
+}
+
+// only keeps the variants named in list (comma-separated), and "off", the
+// baseline, always: OTELBENCH_ONLY=sdk runs off and sdk alone, so that a
+// CPU profile of a benchmark shows those two and nothing else. An empty
+// list keeps them all.
+func only(vs []Variant, list string) []Variant {
+	if list == "" {
+		return vs
+	}
+	names := strings.Split(list, ",")
+	return slices.DeleteFunc(vs, func(v Variant) bool {
+		return v.Name != "off" && !slices.Contains(names, v.Name)
+	})
 }
 
 // Runner drives one consumer under one Variant: run consumes k more
@@ -88,13 +108,22 @@ type Runner struct {
 func Compare(b *testing.B, k int, start func(b *testing.B, v Variant) Runner) {
 	vs := Variants()
 	runners := make([]Runner, len(vs))
+	// Each variant's goroutines carry the pprof label variant=name, so
+	// that a CPU profile of the benchmark splits by variant
+	// (go tool pprof -tagfocus=variant=sdk).
+	labels := make([]context.Context, len(vs))
 	for i, v := range vs {
+		labels[i] = pprof.WithLabels(context.Background(), pprof.Labels("variant", v.Name))
+		pprof.SetGoroutineLabels(labels[i])
 		runners[i] = start(b, v)
 		defer runners[i].Stop()
 	}
-	for _, r := range runners {
+	pprof.SetGoroutineLabels(context.Background())
+	for i, r := range runners {
+		pprof.SetGoroutineLabels(labels[i])
 		r.Run(k) // warm up
 	}
+	pprof.SetGoroutineLabels(context.Background())
 	ns := make([][]float64, len(vs))
 	ratios := make([][]float64, len(vs))
 	allocs := make([]uint64, len(vs))
@@ -105,7 +134,9 @@ func Compare(b *testing.B, k int, start func(b *testing.B, v Variant) Runner) {
 			i := (round + j) % len(vs)
 			var before, after runtime.MemStats
 			runtime.ReadMemStats(&before)
+			pprof.SetGoroutineLabels(labels[i])
 			times[i] = runners[i].Run(k)
+			pprof.SetGoroutineLabels(context.Background())
 			runtime.ReadMemStats(&after)
 			allocs[i] += after.Mallocs - before.Mallocs
 		}

@@ -1,0 +1,72 @@
+// Tests of the Guard's metrics: the in-memory store read back with the
+// SDK's ManualReader. No services.
+package dedup_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
+	"go.opentelemetry.io/otel/sdk/metric/metricdata"
+
+	"github.com/dedupq/dedupq"
+	"github.com/dedupq/dedupq/dedup"
+	"github.com/dedupq/dedupq/dedup/memstore"
+)
+
+// slowClaims is a store whose claims take a while, as a remote store's
+// round trip does.
+type slowClaims struct {
+	dedup.Store
+	took time.Duration // how long the last claim took, by its own clock
+}
+
+func (s *slowClaims) Claim(ctx context.Context, key, fp string, lease time.Duration) (dedup.Claim, error) {
+	start := time.Now()
+	// Busy, not asleep: the duration is what is measured, no condition
+	// is waited for.
+	for time.Since(start) < 2*time.Millisecond {
+	}
+	c, err := s.Store.Claim(ctx, key, fp, lease)
+	s.took = time.Since(start)
+	return c, err
+}
+
+// dedupq.store.duration records how long each store operation took: at
+// least what the store itself measured.
+func TestStoreDurationCoversTheOperation(t *testing.T) {
+	reader := sdkmetric.NewManualReader()
+	store := &slowClaims{Store: memstore.New(nil)}
+	g, err := dedup.NewGuard(dedup.GuardOptions{Store: store, TTL: time.Hour,
+		MeterProvider: sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	if err := g.Wrap(func(context.Context, *dedupq.Delivery) error { return nil })(ctx, delivery("k", "a")); err != nil {
+		t.Fatal(err)
+	}
+	var rm metricdata.ResourceMetrics
+	if err := reader.Collect(ctx, &rm); err != nil {
+		t.Fatal(err)
+	}
+	var sum float64
+	var count uint64
+	for _, sm := range rm.ScopeMetrics {
+		for _, m := range sm.Metrics {
+			h, ok := m.Data.(metricdata.Histogram[float64])
+			if !ok || m.Name != "dedupq.store.duration" {
+				continue
+			}
+			for _, p := range h.DataPoints {
+				if op, _ := p.Attributes.Value("dedupq.store.op"); op.AsString() == "claim" {
+					sum, count = sum+p.Sum, count+p.Count
+				}
+			}
+		}
+	}
+	if count != 1 || sum < store.took.Seconds() {
+		t.Errorf("dedupq.store.duration of claims: %d points summing to %gs, want 1 of at least the store's own %gs", count, sum, store.took.Seconds())
+	}
+}
