@@ -67,8 +67,9 @@ type Topic struct {
 }
 
 var (
-	_ driver.Topic       = (*Topic)(nil)
-	_ driver.Provisioner = (*Topic)(nil)
+	_ driver.Topic        = (*Topic)(nil)
+	_ driver.Provisioner  = (*Topic)(nil)
+	_ driver.BatchStarter = (*Topic)(nil)
 )
 
 // OpenTopic opens the stream cfg names on nc and checks that it can take
@@ -233,6 +234,19 @@ func (t *Topic) givePublisher(js jetstream.JetStream, abandoned bool) {
 // ended is reported retryable, since the stream may have stored it; the
 // client forgets it when SendBatch returns.
 func (t *Topic) SendBatch(ctx context.Context, msgs []*driver.Message) ([]driver.SendResult, error) {
+	wait, err := t.StartBatch(ctx, msgs)
+	if err != nil {
+		return nil, err
+	}
+	return wait()
+}
+
+// StartBatch is SendBatch's first half: it publishes every message and
+// returns once the connection has them; wait is the second half, which
+// waits for their PubAcks. Every publish goes through the one connection
+// in call order, so a batch started before another reaches the server
+// first (driver.BatchStarter).
+func (t *Topic) StartBatch(ctx context.Context, msgs []*driver.Message) (wait func() ([]driver.SendResult, error), err error) {
 	if len(msgs) > t.maxBatch {
 		return nil, fmt.Errorf("jetstream: batch of %d messages exceeds MaxBatch %d", len(msgs), t.maxBatch)
 	}
@@ -268,8 +282,14 @@ func (t *Topic) SendBatch(ctx context.Context, msgs []*driver.Message) ([]driver
 	}
 	if !sent {
 		t.givePublisher(js, false)
-		return res, nil
+		return func() ([]driver.SendResult, error) { return res, nil }, nil
 	}
+	return func() ([]driver.SendResult, error) { return t.awaitBatch(ctx, js, futures, res), nil }, nil
+}
+
+// awaitBatch waits for the PubAcks of the publishes a StartBatch made on
+// js, fills res with them, and gives js back.
+func (t *Topic) awaitBatch(ctx context.Context, js jetstream.JetStream, futures []jetstream.PubAckFuture, res []driver.SendResult) []driver.SendResult {
 	// The context's pending publishes are this call's alone, so its
 	// completion is the last of them answered.
 	var gaveUp error
@@ -303,7 +323,7 @@ func (t *Topic) SendBatch(ctx context.Context, msgs []*driver.Message) ([]driver
 		}
 	}
 	t.givePublisher(js, abandoned)
-	return res, nil
+	return res
 }
 
 // errNoPubAck stands for a PubAck missing although the client reported
