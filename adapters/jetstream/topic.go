@@ -234,11 +234,12 @@ func (t *Topic) givePublisher(js jetstream.JetStream, abandoned bool) {
 // ended is reported retryable, since the stream may have stored it; the
 // client forgets it when SendBatch returns.
 func (t *Topic) SendBatch(ctx context.Context, msgs []*driver.Message) ([]driver.SendResult, error) {
-	wait, err := t.StartBatch(ctx, msgs)
-	if err != nil {
-		return nil, err
+	// Not through StartBatch's wait, a closure per call.
+	js, futures, res, err := t.publishBatch(ctx, msgs)
+	if err != nil || js == nil {
+		return res, err
 	}
-	return wait()
+	return t.awaitBatch(ctx, js, futures, res), nil
 }
 
 // StartBatch is SendBatch's first half: it publishes every message and
@@ -247,21 +248,35 @@ func (t *Topic) SendBatch(ctx context.Context, msgs []*driver.Message) ([]driver
 // in call order, so a batch started before another reaches the server
 // first (driver.BatchStarter).
 func (t *Topic) StartBatch(ctx context.Context, msgs []*driver.Message) (wait func() ([]driver.SendResult, error), err error) {
+	js, futures, res, err := t.publishBatch(ctx, msgs)
+	switch {
+	case err != nil:
+		return nil, err
+	case js == nil:
+		return func() ([]driver.SendResult, error) { return res, nil }, nil
+	}
+	return func() ([]driver.SendResult, error) { return t.awaitBatch(ctx, js, futures, res), nil }, nil
+}
+
+// publishBatch publishes msgs on a publish context of its own, returned
+// with a future per published message; js is nil when none was published
+// (res then holds every message's result).
+func (t *Topic) publishBatch(ctx context.Context, msgs []*driver.Message) (js jetstream.JetStream, futures []jetstream.PubAckFuture, res []driver.SendResult, err error) {
 	if len(msgs) > t.maxBatch {
-		return nil, fmt.Errorf("jetstream: batch of %d messages exceeds MaxBatch %d", len(msgs), t.maxBatch)
+		return nil, nil, nil, fmt.Errorf("jetstream: batch of %d messages exceeds MaxBatch %d", len(msgs), t.maxBatch)
 	}
 	if t.currentStream() == nil {
 		// Used without dedupq.NewPublisher, which provisions first.
 		if err := t.Provision(ctx); err != nil {
-			return nil, err
+			return nil, nil, nil, err
 		}
 	}
-	js, err := t.takePublisher()
+	js, err = t.takePublisher()
 	if err != nil {
-		return nil, fmt.Errorf("jetstream: %w", err)
+		return nil, nil, nil, fmt.Errorf("jetstream: %w", err)
 	}
-	res := make([]driver.SendResult, len(msgs))
-	futures := make([]jetstream.PubAckFuture, len(msgs))
+	res = make([]driver.SendResult, len(msgs))
+	futures = make([]jetstream.PubAckFuture, len(msgs))
 	sent := false
 	for i, m := range msgs {
 		if err := ctx.Err(); err != nil {
@@ -282,9 +297,9 @@ func (t *Topic) StartBatch(ctx context.Context, msgs []*driver.Message) (wait fu
 	}
 	if !sent {
 		t.givePublisher(js, false)
-		return func() ([]driver.SendResult, error) { return res, nil }, nil
+		return nil, nil, res, nil
 	}
-	return func() ([]driver.SendResult, error) { return t.awaitBatch(ctx, js, futures, res), nil }, nil
+	return js, futures, res, nil
 }
 
 // awaitBatch waits for the PubAcks of the publishes a StartBatch made on
