@@ -176,6 +176,10 @@ func (p *Publisher) Publish(ctx context.Context, m *Message) (Result, error) {
 // dedup IDs, and the error, if any, is a *BatchError listing exactly the
 // messages that were not stored; all others were. When the call returns,
 // nothing is left sending.
+//
+// First attempts reach the broker in batch order, also where a driver
+// takes several chunks at once (driver.BatchStarter). A retried message
+// may be stored after messages that followed it in the batch.
 func (p *Publisher) PublishBatch(ctx context.Context, msgs []*Message) ([]Result, error) {
 	if err := p.enter(); err != nil {
 		return nil, err
@@ -189,9 +193,13 @@ func (p *Publisher) PublishBatch(ctx context.Context, msgs []*Message) ([]Result
 		return results, err
 	}
 	chunk := max(p.topic.MaxBatch(), 1)
-	for start := 0; start < len(out); start += chunk {
-		end := min(start+chunk, len(out))
-		p.sendWithRetry(ctx, start, out[start:end], results[start:end])
+	if bs, ok := p.topic.(driver.BatchStarter); ok && len(out) > chunk {
+		p.sendStarted(ctx, bs, out, results, chunk)
+	} else {
+		for start := 0; start < len(out); start += chunk {
+			end := min(start+chunk, len(out))
+			p.sendChunk(ctx, start, out[start:end], results[start:end])
+		}
 	}
 	var failed []error
 	for _, r := range results {
@@ -272,11 +280,100 @@ func (p *Publisher) prepare(ctx context.Context, msgs []*Message) ([]*driver.Mes
 	return out, results, nil
 }
 
-// sendWithRetry sends one chunk, resending only the failed entries. The
-// first attempt sends the chunk as given; the bookkeeping of failures is
-// made only once one fails, so that a chunk stored at once costs no
-// allocation here but its driver call.
-func (p *Publisher) sendWithRetry(ctx context.Context, offset int, msgs []*driver.Message, results []Result) {
+// chunksStarted bounds the chunks whose first attempt is on its way at
+// once when the driver starts batches (driver.BatchStarter). Four of
+// JetStream's 1024-message chunks keep about as many publishes waiting for
+// a PubAck as the client's own cap for PublishAsync (4000), which is what
+// keeps the broker busy without holding a whole large batch in flight.
+const chunksStarted = 4
+
+// startedChunk is a chunk whose first attempt a driver.BatchStarter took.
+type startedChunk struct {
+	start, end int
+	wait       func() ([]driver.SendResult, error)
+	err        error // StartBatch's own; wait is then nil
+	cancel     context.CancelFunc
+}
+
+// sendStarted sends out in chunks whose first attempts overlap: up to
+// chunksStarted are started before the oldest one's answers are awaited,
+// and each is then settled, retries included, in batch order. Every
+// started chunk is awaited before it returns; one not started because ctx
+// ended is reported not sent.
+func (p *Publisher) sendStarted(ctx context.Context, bs driver.BatchStarter, out []*driver.Message, results []Result, chunk int) {
+	var ring [chunksStarted]startedChunk
+	head, n, next := 0, 0, 0
+	for {
+		for n < len(ring) && next < len(out) && ctx.Err() == nil {
+			end := min(next+chunk, len(out))
+			c := &ring[(head+n)%len(ring)]
+			c.start, c.end = next, end
+			msgs := out[next:end:end]
+			p.countFirstAttempt(ctx, results[next:end])
+			attemptCtx := ctx
+			c.cancel = func() {}
+			if p.retry.AttemptTimeout > 0 {
+				// From this chunk's own start: it waits behind no other.
+				attemptCtx, c.cancel = context.WithTimeout(ctx, p.retry.AttemptTimeout)
+			}
+			c.wait, c.err = bs.StartBatch(attemptCtx, msgs)
+			n, next = n+1, end
+		}
+		if n == 0 {
+			break
+		}
+		c := &ring[head]
+		head, n = (head+1)%len(ring), n-1
+		sent, err := []driver.SendResult(nil), c.err
+		if c.wait != nil {
+			sent, err = c.wait()
+		}
+		c.cancel()
+		p.settle(ctx, c.start, out[c.start:c.end], results[c.start:c.end], sent, err)
+		*c = startedChunk{}
+	}
+	for ; next < len(out); next += chunk {
+		end := min(next+chunk, len(out))
+		p.notSent(ctx, next, out[next:end], results[next:end])
+	}
+}
+
+// sendChunk sends one chunk, resending only the failed entries.
+func (p *Publisher) sendChunk(ctx context.Context, offset int, msgs []*driver.Message, results []Result) {
+	if ctx.Err() != nil {
+		p.notSent(ctx, offset, msgs, results)
+		return
+	}
+	p.countFirstAttempt(ctx, results)
+	// Capped, so that a driver that appends to its batch cannot write
+	// over the next chunk's messages.
+	sent, err := p.attempt(ctx, msgs[:len(msgs):len(msgs)])
+	p.settle(ctx, offset, msgs, results, sent, err)
+}
+
+// notSent reports a chunk that ctx ended before its turn (after an earlier
+// chunk): it was never handed to the driver, so it is not "maybe sent".
+func (p *Publisher) notSent(ctx context.Context, offset int, msgs []*driver.Message, results []Result) {
+	for i := range msgs {
+		results[i].Err = &PublishError{Index: offset + i, ID: msgs[i].ID, Err: context.Cause(ctx)}
+	}
+}
+
+// countFirstAttempt records the first attempt of a chunk about to be
+// handed to the driver.
+func (p *Publisher) countFirstAttempt(ctx context.Context, results []Result) {
+	for i := range results {
+		results[i].Attempts = 1
+	}
+	p.tel.attempts.Add(ctx, int64(len(results)), p.attemptOpts...)
+	p.stats.attempts.Add(uint64(len(results)))
+}
+
+// settle takes the answers to a chunk's first attempt (sent, err) and
+// resends only the failed entries until each is stored, refused, or out
+// of attempts or time. The bookkeeping of failures is made only once one
+// fails, so that a chunk stored at once costs no allocation here.
+func (p *Publisher) settle(ctx context.Context, offset int, msgs []*driver.Message, results []Result, sent []driver.SendResult, err error) {
 	var (
 		pending   []int // indexes into msgs still to send, after the first attempt
 		maybeSent []bool
@@ -290,33 +387,19 @@ func (p *Publisher) sendWithRetry(ctx context.Context, offset int, msgs []*drive
 		return pending[j]
 	}
 	attempts := max(p.retry.MaxAttempts, 1)
-	// Capped, so that a driver that appends to its batch cannot write
-	// over the next chunk's messages.
-	batch := msgs[:len(msgs):len(msgs)]
+	batch := msgs
 	for attempt := 1; ; attempt++ {
-		if attempt == 1 && ctx.Err() != nil {
-			// ctx ended before this chunk's turn (after an earlier chunk):
-			// it was never handed to the driver, so it is not "maybe sent".
-			for i := range msgs {
-				results[i].Err = &PublishError{Index: offset + i, ID: msgs[i].ID, Err: context.Cause(ctx)}
-			}
-			return
-		}
 		if attempt > 1 {
 			batch = make([]*driver.Message, len(pending))
 			for j, i := range pending {
 				batch[j] = msgs[i]
+				results[i].Attempts = attempt
 			}
-		}
-		for j := range batch {
-			results[index(j)].Attempts = attempt
-		}
-		p.tel.attempts.Add(ctx, int64(len(batch)), p.attemptOpts...)
-		p.stats.attempts.Add(uint64(len(batch)))
-		if attempt > 1 {
+			p.tel.attempts.Add(ctx, int64(len(batch)), p.attemptOpts...)
+			p.stats.attempts.Add(uint64(len(batch)))
 			trace.SpanFromContext(ctx).AddEvent("retry", trace.WithAttributes(attribute.Int("dedupq.attempt", attempt), attribute.Int("dedupq.messages", len(batch))))
+			sent, err = p.attempt(ctx, batch)
 		}
-		sent, err := p.attempt(ctx, batch)
 		var retry []int
 		for j := range batch {
 			i := index(j)

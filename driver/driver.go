@@ -119,6 +119,26 @@ type Topic interface {
 	Close() error
 }
 
+// BatchStarter is implemented by a Topic that can hand a batch to the
+// broker and wait for its answers separately, and that keeps the order of
+// the batches it starts: every message of one StartBatch call goes out
+// before any message of the next call's (one connection written in call
+// order, as JetStream's). The portable layer then starts the next chunk of
+// a large batch while the broker still answers the earlier ones, instead
+// of idling for every answer at each chunk boundary. A driver that cannot
+// promise that order must not implement it: SendBatch serves it alone.
+type BatchStarter interface {
+	// StartBatch makes one attempt to send msgs (at most MaxBatch of
+	// them), as SendBatch does, and returns once every message is on its
+	// way, without waiting for the broker. wait then blocks until the
+	// broker answered each message or ctx ended, and returns what
+	// SendBatch would have: one result per message, in order, a message
+	// without an answer reported with a retryable error. The caller calls
+	// wait exactly once. A non-nil err is the call's failure as a whole,
+	// as SendBatch's (any message may have been stored); wait is then nil.
+	StartBatch(ctx context.Context, msgs []*Message) (wait func() ([]SendResult, error), err error)
+}
+
 // Delivery is one delivery of a message to a consumer.
 type Delivery struct {
 	Message Message

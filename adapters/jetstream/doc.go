@@ -133,7 +133,11 @@
 // refused the message and is not. The client keeps nothing of such a
 // send once SendBatch returned: each call publishes on a JetStream
 // context of its own, and one whose publishes went unanswered is cleaned
-// up (CleanupPublisher) and not used again.
+// up (CleanupPublisher) and not used again. The Topic also starts batches
+// (driver.BatchStarter: StartBatch publishes, its wait collects the
+// PubAcks): dedupq.Publisher then publishes the next chunks of a large
+// batch while the server still answers the earlier ones, which reach it
+// first since every publish goes out on the one connection in call order.
 //
 // # Consuming
 //

@@ -67,8 +67,9 @@ type Topic struct {
 }
 
 var (
-	_ driver.Topic       = (*Topic)(nil)
-	_ driver.Provisioner = (*Topic)(nil)
+	_ driver.Topic        = (*Topic)(nil)
+	_ driver.Provisioner  = (*Topic)(nil)
+	_ driver.BatchStarter = (*Topic)(nil)
 )
 
 // OpenTopic opens the stream cfg names on nc and checks that it can take
@@ -233,21 +234,49 @@ func (t *Topic) givePublisher(js jetstream.JetStream, abandoned bool) {
 // ended is reported retryable, since the stream may have stored it; the
 // client forgets it when SendBatch returns.
 func (t *Topic) SendBatch(ctx context.Context, msgs []*driver.Message) ([]driver.SendResult, error) {
+	// Not through StartBatch's wait, a closure per call.
+	js, futures, res, err := t.publishBatch(ctx, msgs)
+	if err != nil || js == nil {
+		return res, err
+	}
+	return t.awaitBatch(ctx, js, futures, res), nil
+}
+
+// StartBatch is SendBatch's first half: it publishes every message and
+// returns once the connection has them; wait is the second half, which
+// waits for their PubAcks. Every publish goes through the one connection
+// in call order, so a batch started before another reaches the server
+// first (driver.BatchStarter).
+func (t *Topic) StartBatch(ctx context.Context, msgs []*driver.Message) (wait func() ([]driver.SendResult, error), err error) {
+	js, futures, res, err := t.publishBatch(ctx, msgs)
+	switch {
+	case err != nil:
+		return nil, err
+	case js == nil:
+		return func() ([]driver.SendResult, error) { return res, nil }, nil
+	}
+	return func() ([]driver.SendResult, error) { return t.awaitBatch(ctx, js, futures, res), nil }, nil
+}
+
+// publishBatch publishes msgs on a publish context of its own, returned
+// with a future per published message; js is nil when none was published
+// (res then holds every message's result).
+func (t *Topic) publishBatch(ctx context.Context, msgs []*driver.Message) (js jetstream.JetStream, futures []jetstream.PubAckFuture, res []driver.SendResult, err error) {
 	if len(msgs) > t.maxBatch {
-		return nil, fmt.Errorf("jetstream: batch of %d messages exceeds MaxBatch %d", len(msgs), t.maxBatch)
+		return nil, nil, nil, fmt.Errorf("jetstream: batch of %d messages exceeds MaxBatch %d", len(msgs), t.maxBatch)
 	}
 	if t.currentStream() == nil {
 		// Used without dedupq.NewPublisher, which provisions first.
 		if err := t.Provision(ctx); err != nil {
-			return nil, err
+			return nil, nil, nil, err
 		}
 	}
-	js, err := t.takePublisher()
+	js, err = t.takePublisher()
 	if err != nil {
-		return nil, fmt.Errorf("jetstream: %w", err)
+		return nil, nil, nil, fmt.Errorf("jetstream: %w", err)
 	}
-	res := make([]driver.SendResult, len(msgs))
-	futures := make([]jetstream.PubAckFuture, len(msgs))
+	res = make([]driver.SendResult, len(msgs))
+	futures = make([]jetstream.PubAckFuture, len(msgs))
 	sent := false
 	for i, m := range msgs {
 		if err := ctx.Err(); err != nil {
@@ -268,8 +297,14 @@ func (t *Topic) SendBatch(ctx context.Context, msgs []*driver.Message) ([]driver
 	}
 	if !sent {
 		t.givePublisher(js, false)
-		return res, nil
+		return nil, nil, res, nil
 	}
+	return js, futures, res, nil
+}
+
+// awaitBatch waits for the PubAcks of the publishes a StartBatch made on
+// js, fills res with them, and gives js back.
+func (t *Topic) awaitBatch(ctx context.Context, js jetstream.JetStream, futures []jetstream.PubAckFuture, res []driver.SendResult) []driver.SendResult {
 	// The context's pending publishes are this call's alone, so its
 	// completion is the last of them answered.
 	var gaveUp error
@@ -303,7 +338,7 @@ func (t *Topic) SendBatch(ctx context.Context, msgs []*driver.Message) ([]driver
 		}
 	}
 	t.givePublisher(js, abandoned)
-	return res, nil
+	return res
 }
 
 // errNoPubAck stands for a PubAck missing although the client reported
