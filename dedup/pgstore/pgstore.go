@@ -63,6 +63,7 @@ import (
 	"fmt"
 	"hash/fnv"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -118,6 +119,17 @@ type Options struct {
 	AsyncClaims bool
 }
 
+// defaultDoSlack is how far past now() + ttl Do's take sets expires_at,
+// now() being the transaction's start. The TTL must run from the commit,
+// when the record becomes visible; with the slack, a transaction that
+// commits within it leaves a record that already lasts the TTL from the
+// commit, and the commit statement only reads it, where restarting the TTL
+// there wrote a second row version (and index entry) on every delivery.
+// The price: a key is remembered up to the slack longer than its TTL
+// (never shorter), and the table holds it that much longer. A transaction
+// that outlives the slack has its TTL restarted at the commit, as before.
+const defaultDoSlack = time.Minute
+
 // Store is a dedup.Store on PostgreSQL, safe for concurrent use.
 type Store struct {
 	db    DB
@@ -129,6 +141,10 @@ type Store struct {
 	takeSQL, readSQL, sweepSQL                   string
 	commitSQL, commitPreparedSQL                 string
 	finishStmtSQL, finishStmtName                string
+	// doSlack: how much longer than its TTL Do's take makes a record
+	// last, so that its commit seldom has to write it again (see
+	// defaultDoSlack); tests shorten it.
+	doSlack time.Duration
 	// sessionStatements: the store's statements are prepared once per
 	// connection and their plans cached there (see New).
 	sessionStatements bool
@@ -151,7 +167,7 @@ func New(db DB, o Options) (*Store, error) {
 	if o.MaxInFlight <= 0 {
 		o.MaxInFlight = 1
 	}
-	s := &Store{db: db, ns: o.Namespace, table: table}
+	s := &Store{db: db, ns: o.Namespace, table: table, doSlack: defaultDoSlack}
 	s.prepareSQL()
 	// A statement prepared on a connection is there for its next
 	// transaction only where the connection is the server's own (no
@@ -238,7 +254,7 @@ func tableIdent(table string) (string, error) {
 }
 
 func (s *Store) prepareSQL() {
-	r := strings.NewReplacer("{T}", s.table)
+	r := strings.NewReplacer("{T}", s.table, "{SLACK}", strconv.FormatInt(micros(s.doSlack), 10))
 	// A key that the statement's snapshot shows live (in progress or
 	// completed) is answered from that snapshot without being offered to
 	// the INSERT: ON CONFLICT DO UPDATE locks the conflicting row even when
@@ -344,9 +360,13 @@ RETURNING 1`)
 SELECT (SELECT count(*) FROM del), (SELECT token FROM {T} WHERE namespace = $1 AND key = $2)`)
 	// Do's take also leaves the key and its TTL in settings local to the
 	// transaction, for the statement that Do's commit sends (see
-	// commitSQL).
+	// commitSQL). Its expires_at runs from the transaction's start with
+	// doSlack to spare, so that a handler done within the slack leaves a
+	// record that already covers the commit plus the TTL, and the commit
+	// has nothing to write (see commitSQL); a takeover of an expired
+	// record gets the same, through excluded.
 	s.takeSQL = r.Replace(`INSERT INTO {T} AS d (namespace, key, token, fingerprint, completed, locked_until, expires_at)
-SELECT $1, $2, $3, $4, true, NULL, now() + $5::bigint * interval '1 microsecond'
+SELECT $1, $2, $3, $4, true, NULL, now() + ($5::bigint + {SLACK}) * interval '1 microsecond'
 FROM (SELECT set_config('dedupq.do_namespace', $1, true), set_config('dedupq.do_key', $2, true),
 	set_config('dedupq.do_ttl_us', $5::bigint::text, true)) AS local_settings
 ON CONFLICT (namespace, key) DO UPDATE
@@ -356,20 +376,28 @@ WHERE d.expires_at <= now()
 RETURNING 1`)
 	// The TTL of Do's record runs from the commit, when the record
 	// becomes visible, not from the take at the transaction's start: a
-	// handler that ran for a while would otherwise eat into it. Restarting
+	// handler that ran for a while would otherwise eat into it. Checking
 	// it takes a statement after the handler; sent with COMMIT in one
 	// simple query, it costs no round trip of its own. A simple query takes
 	// no parameters, so it finds the key and the TTL in the settings the
-	// take left. If the handler removed the record, committing would keep
-	// its effect with nothing to dedup the redelivery: reading the setting
-	// errRecordRemoved names, which nobody sets, fails the statement, and
-	// the COMMIT behind it is not run.
+	// take left. The take's slack covers almost every transaction, and
+	// then the statement only reads: the UPDATE restarts the TTL from
+	// clock_timestamp() only for a transaction that outlived the slack.
+	// Writing it always cost a second row version per delivery (and, as
+	// expires_at is indexed, a new index entry too). If the handler
+	// removed the record, committing would keep its effect with nothing to
+	// dedup the redelivery: reading the setting errRecordRemoved names,
+	// which nobody sets, fails the statement, and the COMMIT behind it is
+	// not run. The UPDATE and the EXISTS see the same snapshot, which
+	// holds the take's row and whatever the handler did to it; the UPDATE
+	// changes no key, so its row exists for the EXISTS either way.
 	s.finishStmtSQL = r.Replace(`WITH fin AS (
 	UPDATE {T} SET expires_at = clock_timestamp() + current_setting('dedupq.do_ttl_us')::bigint * interval '1 microsecond'
 	WHERE namespace = current_setting('dedupq.do_namespace') AND key = current_setting('dedupq.do_key')
-	RETURNING 1
+		AND expires_at < clock_timestamp() + current_setting('dedupq.do_ttl_us')::bigint * interval '1 microsecond'
 )
-SELECT CASE WHEN count(*) = 1 THEN '' ELSE current_setting('` + recordRemovedSetting + `') END FROM fin`)
+SELECT CASE WHEN EXISTS (SELECT FROM {T} WHERE namespace = current_setting('dedupq.do_namespace') AND key = current_setting('dedupq.do_key'))
+	THEN '' ELSE current_setting('` + recordRemovedSetting + `') END`)
 	s.commitSQL = s.finishStmtSQL + ";\nCOMMIT"
 	// Sent as text, the statement is parsed and planned on every commit;
 	// prepared once per connection and EXECUTEd, it is planned once (see

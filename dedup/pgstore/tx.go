@@ -37,10 +37,12 @@ type Outcome struct {
 // transaction it records key as completed, runs fn, and commits both. If
 // the key was completed before, Do does not run fn and reports the stored
 // result. The ttl runs from the commit, when the record becomes visible,
-// however long fn took, as the startup check assumes. A crash or an error anywhere before the commit rolls back fn's
-// writes and the record together, so the redelivery runs fn again as if for
-// the first time; a crash after the commit leaves both, so the redelivery
-// finds the key completed.
+// however long fn took, as the startup check assumes; the key may be
+// remembered up to a minute longer than ttl, which spares most commits a
+// second write of the record. A crash or an error anywhere before the
+// commit rolls back fn's writes and the record together, so the
+// redelivery runs fn again as if for the first time; a crash after the
+// commit leaves both, so the redelivery finds the key completed.
 //
 // While the transaction is open, its row lock holds the key: a concurrent
 // Do on the same key waits for the commit (then reports Completed) or the
@@ -122,13 +124,15 @@ func (s *Store) do(ctx context.Context, key, fingerprint string, ttl time.Durati
 		return Outcome{}, false, err
 	}
 	// The take above set expires_at from now(), the transaction's start,
-	// but the record only becomes visible at the commit: counted from
-	// there, a handler that ran for d would leave ttl − d, and the startup
-	// check counts the TTL from the completion. So the commit restarts it
-	// from clock_timestamp() in the same round trip (see commitSQL); the
-	// epsilon left is the commit itself. A result needs a statement of
-	// its own, since the commit's takes no parameters, and so does a DB
-	// that cannot begin a transaction with its own commit query.
+	// plus the TTL and doSlack, but the record only becomes visible at the
+	// commit: counted from there, a handler that ran for d would leave
+	// ttl + slack − d, and the startup check counts the TTL from the
+	// completion. So the commit checks, in the same round trip, that the
+	// record still covers clock_timestamp() + ttl, and restarts the TTL
+	// from there when it does not (see commitSQL); the epsilon left is
+	// the commit itself. A result needs a statement of its own, since the
+	// commit's takes no parameters, and so does a DB that cannot begin a
+	// transaction with its own commit query.
 	if len(result) == 0 {
 		result = nil // stored as none
 	}
@@ -194,13 +198,16 @@ func (s *Store) begin(ctx context.Context) (tx pgx.Tx, commitFinishes bool, err 
 }
 
 // finishSQL completes Do's record just before the commit when the commit
-// statement cannot: it stores the result ($3, NULL for none) and starts the
-// TTL ($4 microseconds) from the statement's own clock, not the
-// transaction's start. It is built here
+// statement cannot: it stores the result ($3, NULL for none) and makes the
+// TTL ($4 microseconds) run at least from the statement's own clock, not
+// the transaction's start. It keeps a later expires_at (the take's slack),
+// so that the commit statement, where there is one, finds nothing to
+// restart, and the update leaves the indexed column alone. It is built here
 // rather than beside the other statements, and on each call: a few bytes
 // beside a round trip, and pgx caches the prepared statement by its text.
 func (s *Store) finishSQL() string {
-	return "UPDATE " + s.table + ` SET result = $3, expires_at = clock_timestamp() + $4 * interval '1 microsecond'
+	return "UPDATE " + s.table + ` SET result = $3,
+	expires_at = greatest(expires_at, clock_timestamp() + $4 * interval '1 microsecond')
 WHERE namespace = $1 AND key = $2`
 }
 
@@ -254,8 +261,9 @@ var (
 
 // TxGuardOptions configure a TxGuard.
 type TxGuardOptions struct {
-	// TTL is how long a completed key is remembered; it must cover the
-	// redelivery span (the Consumer checks). Required.
+	// TTL is how long a completed key is remembered, from its commit
+	// (up to a minute longer, see Store.Do); it must cover the redelivery
+	// span (the Consumer checks). Required.
 	TTL time.Duration
 	// Fingerprint identifies a message's payload, so that a key reused
 	// for another payload is reported instead of skipped; nil means
