@@ -10,6 +10,7 @@ import (
 
 	"github.com/dedupq/dedupq/driver"
 	"github.com/dedupq/dedupq/internal/oteloff"
+	"github.com/dedupq/dedupq/internal/testutil"
 )
 
 // waitingAckSub hands out prepared deliveries, up to max a receive, and
@@ -48,9 +49,7 @@ func (s *waitingAckSub) Ack(ctx context.Context, d *driver.Delivery) error {
 // arming a timer of its own for each (the timer, its closure) cost three
 // more: 5.03 allocations per delivery, then 2.03 with the timers reused.
 func TestConsumeAllocationsWithWaitingAck(t *testing.T) {
-	if raceEnabled {
-		t.Skip("the settles' timers come from a sync.Pool, which the race detector empties at random")
-	}
+	testutil.SkipUnderRace(t, "the settles' timers come from a sync.Pool, which the race detector empties at random")
 	const perRun = 2000
 	runs := 3
 	all := make([]driver.Delivery, (runs+1)*perRun)

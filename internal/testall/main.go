@@ -15,7 +15,10 @@
 // skipped. testall prints the same per-package lines (ok, FAIL with the
 // failing tests' output, no test files), then every skipped test grouped
 // by its reason, then one line counting the tests (subtests included)
-// that passed, failed and skipped. It exits 1 when anything failed,
+// that passed, failed and skipped. Tests that skipped under the race
+// detector asking to run without it (testutil.SkipUnderRace: allocation
+// counts over a sync.Pool) are run again without -race, by name, and
+// counted as what they did there. It exits 1 when anything failed,
 // including a package that failed outside its tests (a build error, a
 // TestMain that exited, a timeout).
 package main
@@ -32,6 +35,8 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/dedupq/dedupq/internal/testutil"
 )
 
 // goTestFlags are the flags every run uses; README and .ci/run rely on
@@ -43,28 +48,31 @@ func main() {
 	if len(args) == 0 {
 		args = []string{"./..."}
 	}
-	argv := append(slices.Clone(goTestFlags), args...)
-	fmt.Printf("testall: go %s\n", strings.Join(argv, " "))
 	start := time.Now()
-	cmd := exec.Command("go", argv...)
-	cmd.Stderr = os.Stderr
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		fatal(err)
-	}
 	r := newReport(os.Stdout)
-	if err := r.read(stdout); err != nil {
-		fatal(err)
-	}
-	waitErr := cmd.Wait()
-	r.summary(os.Stdout, time.Since(start))
+	waitErr := run(r, append(slices.Clone(goTestFlags), args...))
 	var exit *exec.ExitError
-	switch {
-	case waitErr != nil && !errors.As(waitErr, &exit):
+	if waitErr != nil && !errors.As(waitErr, &exit) {
 		fatal(waitErr)
+	}
+	if again := r.raceSkipped(); len(again) > 0 {
+		// Tests that the race detector makes meaningless (allocation
+		// counts over a sync.Pool) skipped under it: they count only
+		// once they ran.
+		fmt.Printf("\ntestall: %d tests asked to run without the race detector; running them again so\n", len(again))
+		r2 := newReport(os.Stdout)
+		err := run(r2, append(slices.Clone(goTestFlagsNoRace), rerunArgs(again)...))
+		if err != nil && !errors.As(err, &exit) {
+			fatal(err)
+		}
+		if err != nil && r2.failed() == 0 {
+			fmt.Printf("testall: go test without the race detector exited with %v\n", err)
+			r2.failedPkgs = append(r2.failedPkgs, "(the run without the race detector)")
+		}
+		r.absorb(r2, again)
+	}
+	r.summary(os.Stdout, time.Since(start))
+	switch {
 	case waitErr != nil && r.failed() == 0:
 		// go test failed without a failing test or package in its
 		// output (a bad flag, a package that does not exist): its own
@@ -74,6 +82,43 @@ func main() {
 	case waitErr != nil || r.failed() > 0:
 		os.Exit(1)
 	}
+}
+
+// run runs go with argv, feeding its -json output to r, and returns how
+// go exited.
+func run(r *report, argv []string) error {
+	fmt.Printf("testall: go %s\n", strings.Join(argv, " "))
+	cmd := exec.Command("go", argv...)
+	cmd.Stderr = os.Stderr
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		fatal(err)
+	}
+	if err := r.read(stdout); err != nil {
+		fatal(err)
+	}
+	return cmd.Wait()
+}
+
+// goTestFlagsNoRace are goTestFlags without -race, for the tests that
+// skipped under it asking to run without it.
+var goTestFlagsNoRace = slices.DeleteFunc(slices.Clone(goTestFlags), func(f string) bool { return f == "-race" })
+
+// rerunArgs are go test's -run pattern and packages for skipped tests:
+// each top-level test of theirs, anchored, in their packages.
+func rerunArgs(tests []skipped) []string {
+	var names, pkgs []string
+	for _, s := range tests {
+		top, _, _ := strings.Cut(s.test, "/")
+		names = append(names, regexp.QuoteMeta(top))
+		pkgs = append(pkgs, s.pkg)
+	}
+	slices.Sort(names)
+	slices.Sort(pkgs)
+	return append([]string{"-run", "^(" + strings.Join(slices.Compact(names), "|") + ")$"}, slices.Compact(pkgs)...)
 }
 
 func fatal(err error) {
@@ -112,12 +157,13 @@ type report struct {
 	failedPkgs            []string // failed outside any test
 	skips                 []skipped
 	testLines             map[string][]string // pkg+"\x00"+test: output, for skip reasons
+	results               map[string]string   // pkg+"\x00"+test: pass, fail or skip
 	packages, noTestFiles int
 	sawEvent              bool
 }
 
 func newReport(out io.Writer) *report {
-	return &report{out: out, pkgs: map[string]*pkgState{}, testLines: map[string][]string{}}
+	return &report{out: out, pkgs: map[string]*pkgState{}, testLines: map[string][]string{}, results: map[string]string{}}
 }
 
 func (r *report) failed() int { return r.failedN + len(r.failedPkgs) }
@@ -172,6 +218,7 @@ func (r *report) handle(e event) {
 }
 
 func (r *report) endTest(e event, p *pkgState, key string) {
+	r.results[key] = e.Action
 	switch e.Action {
 	case "pass":
 		r.passed++
@@ -184,6 +231,47 @@ func (r *report) endTest(e event, p *pkgState, key string) {
 		r.skips = append(r.skips, skipped{e.Package, e.Test, skipReason(r.testLines[key])})
 	}
 	delete(r.testLines, key)
+}
+
+// raceSkipped lists the tests that skipped asking to run without the race
+// detector (testutil.SkipUnderRace).
+func (r *report) raceSkipped() []skipped {
+	var out []skipped
+	for _, s := range r.skips {
+		if strings.HasPrefix(s.reason, testutil.RaceMarker) {
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+// absorb counts, in place of their skips, the tests of again that ran in
+// r2 (the run without the race detector): passed or failed there. One
+// that skipped there too, or did not run, stays skipped. r2's failures
+// outside its tests are r's.
+func (r *report) absorb(r2 *report, again []skipped) {
+	ran := map[[2]string]bool{}
+	for _, s := range again {
+		switch r2.results[s.pkg+"\x00"+s.test] {
+		case "pass":
+			r.passed++
+		case "fail":
+			r.failedN++
+		default:
+			continue
+		}
+		ran[[2]string{s.pkg, s.test}] = true
+	}
+	r.skips = slices.DeleteFunc(r.skips, func(s skipped) bool { return ran[[2]string{s.pkg, s.test}] })
+	r.failedPkgs = append(r.failedPkgs, r2.failedPkgs...)
+	// A failing test of r2 that r did not skip (a sibling of a skipped
+	// subtest, run again with its parent) fails the run too.
+	for key, action := range r2.results {
+		pkg, test, _ := strings.Cut(key, "\x00")
+		if action == "fail" && !ran[[2]string{pkg, test}] && !strings.Contains(test, "/") {
+			r.failedN++
+		}
+	}
 }
 
 // endPackage prints what go test prints for a package: its ok line, its

@@ -11,6 +11,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/dedupq/dedupq/internal/testutil"
 )
 
 func TestReport(t *testing.T) {
@@ -63,5 +65,48 @@ func TestReport(t *testing.T) {
 	}
 	if r.failed() != 3 {
 		t.Errorf("failed() = %d, want 3: TestBad, TestBad/inner and the package that did not build", r.failed())
+	}
+}
+
+// TestRaceSkipsRunAgain: tests that skipped asking to run without the race
+// detector are run again by name, and count as what they did there.
+func TestRaceSkipsRunAgain(t *testing.T) {
+	r := newReport(&bytes.Buffer{})
+	r.skips = []skipped{
+		{"example.com/a", "TestAllocs", testutil.RaceMarker + "pooled"},
+		{"example.com/b", "TestOuter/allocs", testutil.RaceMarker + "pooled"},
+		{"example.com/b", "TestFails", testutil.RaceMarker + "pooled"},
+		{"example.com/b", "TestSkipsAgain", testutil.RaceMarker + "pooled"},
+		{"example.com/c", "TestEmulator", "fauxqs is not installed"},
+	}
+	again := r.raceSkipped()
+	if len(again) != 4 {
+		t.Fatalf("raceSkipped = %v, want the 4 with the marker", again)
+	}
+	got := strings.Join(rerunArgs(again), " ")
+	want := "-run ^(TestAllocs|TestFails|TestOuter|TestSkipsAgain)$ example.com/a example.com/b"
+	if got != want {
+		t.Errorf("rerunArgs = %q, want %q", got, want)
+	}
+	r2 := newReport(&bytes.Buffer{})
+	r2.results = map[string]string{
+		"example.com/a\x00TestAllocs":        "pass",
+		"example.com/b\x00TestOuter":         "pass",
+		"example.com/b\x00TestOuter/allocs":  "pass",
+		"example.com/b\x00TestFails":         "fail",
+		"example.com/b\x00TestSkipsAgain":    "skip",
+		"example.com/b\x00TestOuter/sibling": "pass",
+	}
+	r.passed = 10
+	r.absorb(r2, again)
+	if r.passed != 12 || r.failedN != 1 {
+		t.Errorf("passed %d, failed %d; want 12 and 1", r.passed, r.failedN)
+	}
+	var left []string
+	for _, s := range r.skips {
+		left = append(left, s.test)
+	}
+	if strings.Join(left, ",") != "TestSkipsAgain,TestEmulator" {
+		t.Errorf("still skipped: %v, want TestSkipsAgain and TestEmulator", left)
 	}
 }

@@ -1,5 +1,0 @@
-//go:build !race
-
-package settlectx
-
-const raceEnabled = false

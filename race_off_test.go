@@ -1,5 +1,0 @@
-//go:build !race
-
-package dedupq
-
-const raceEnabled = false
