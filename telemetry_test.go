@@ -27,6 +27,7 @@ import (
 	"github.com/dedupq/dedupq/driver"
 	"github.com/dedupq/dedupq/internal/otelbench"
 	"github.com/dedupq/dedupq/internal/oteloff"
+	"github.com/dedupq/dedupq/internal/testutil"
 	"github.com/dedupq/dedupq/window"
 )
 
@@ -426,21 +427,7 @@ func TestHandlerDurationCoversTheHandler(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var rm metricdata.ResourceMetrics
-	if err := reader.Collect(ctx, &rm); err != nil {
-		t.Fatal(err)
-	}
-	var sum float64
-	var count uint64
-	for _, sm := range rm.ScopeMetrics {
-		for _, m := range sm.Metrics {
-			if h, ok := m.Data.(metricdata.Histogram[float64]); ok && m.Name == "dedupq.handler.duration" {
-				for _, p := range h.DataPoints {
-					sum, count = sum+p.Sum, count+p.Count
-				}
-			}
-		}
-	}
+	sum, count := testutil.HistogramTotals(t, reader, "dedupq.handler.duration", nil)
 	if count != 1 || sum < ran.Seconds() {
 		t.Errorf("dedupq.handler.duration: %d points summing to %gs, want 1 of at least the handler's own %gs", count, sum, ran.Seconds())
 	}

@@ -7,12 +7,13 @@ import (
 	"testing"
 	"time"
 
+	"go.opentelemetry.io/otel/attribute"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
-	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 
 	"github.com/dedupq/dedupq"
 	"github.com/dedupq/dedupq/dedup"
 	"github.com/dedupq/dedupq/dedup/memstore"
+	"github.com/dedupq/dedupq/internal/testutil"
 )
 
 // slowClaims is a store whose claims take a while, as a remote store's
@@ -47,25 +48,10 @@ func TestStoreDurationCoversTheOperation(t *testing.T) {
 	if err := g.Wrap(func(context.Context, *dedupq.Delivery) error { return nil })(ctx, delivery("k", "a")); err != nil {
 		t.Fatal(err)
 	}
-	var rm metricdata.ResourceMetrics
-	if err := reader.Collect(ctx, &rm); err != nil {
-		t.Fatal(err)
-	}
-	var sum float64
-	var count uint64
-	for _, sm := range rm.ScopeMetrics {
-		for _, m := range sm.Metrics {
-			h, ok := m.Data.(metricdata.Histogram[float64])
-			if !ok || m.Name != "dedupq.store.duration" {
-				continue
-			}
-			for _, p := range h.DataPoints {
-				if op, _ := p.Attributes.Value("dedupq.store.op"); op.AsString() == "claim" {
-					sum, count = sum+p.Sum, count+p.Count
-				}
-			}
-		}
-	}
+	sum, count := testutil.HistogramTotals(t, reader, "dedupq.store.duration", func(a attribute.Set) bool {
+		op, _ := a.Value("dedupq.store.op")
+		return op.AsString() == "claim"
+	})
 	if count != 1 || sum < store.took.Seconds() {
 		t.Errorf("dedupq.store.duration of claims: %d points summing to %gs, want 1 of at least the store's own %gs", count, sum, store.took.Seconds())
 	}
