@@ -291,8 +291,35 @@ const chunksStarted = 4
 type startedChunk struct {
 	start, end int
 	wait       func() ([]driver.SendResult, error)
-	err        error // StartBatch's own; wait is then nil
+	err        error // StartBatch's own (wait is then nil), then wait's
+	sent       []driver.SendResult
+	answered   bool // wait returned (or there was none)
 	cancel     context.CancelFunc
+}
+
+// answer waits for c's answers, once, and ends its attempt's context.
+func (c *startedChunk) answer() ([]driver.SendResult, error) {
+	if !c.answered {
+		if c.wait != nil {
+			c.sent, c.err = c.wait()
+		}
+		c.cancel()
+		c.answered = true
+	}
+	return c.sent, c.err
+}
+
+// allStored reports answers that need no resend.
+func allStored(sent []driver.SendResult, err error, n int) bool {
+	if err != nil || len(sent) < n {
+		return false
+	}
+	for _, r := range sent {
+		if r.Err != nil {
+			return false
+		}
+	}
+	return true
 }
 
 // sendStarted sends out in chunks whose first attempts overlap: up to
@@ -324,11 +351,16 @@ func (p *Publisher) sendStarted(ctx context.Context, bs driver.BatchStarter, out
 		}
 		c := &ring[head]
 		head, n = (head+1)%len(ring), n-1
-		sent, err := []driver.SendResult(nil), c.err
-		if c.wait != nil {
-			sent, err = c.wait()
+		sent, err := c.answer()
+		if !allStored(sent, err, c.end-c.start) {
+			// Its retries, backoffs included, would run while the
+			// later chunks' attempt timeouts tick: take their answers
+			// first, so that a slow retry does not turn answers that
+			// were on their way into maybe-sent resends.
+			for i := range n {
+				ring[(head+i)%len(ring)].answer()
+			}
 		}
-		c.cancel()
 		p.settle(ctx, c.start, out[c.start:c.end], results[c.start:c.end], sent, err)
 		*c = startedChunk{}
 	}

@@ -131,7 +131,8 @@ func TestPublishBatchOverlapsStartedChunks(t *testing.T) {
 
 // TestStartedChunkFailures: a failure in an early chunk is retried (through
 // SendBatch) and reported while the later chunks, already started, are
-// stored; retries only resend what failed.
+// stored; retries only resend what failed, after the answers of the chunks
+// already started are in.
 func TestStartedChunkFailures(t *testing.T) {
 	tests := []struct {
 		name     string
@@ -140,6 +141,7 @@ func TestStartedChunkFailures(t *testing.T) {
 		calls    [][]string
 		attempts []int // per message
 		failed   map[int]bool
+		events   string // start/wait order, when it matters
 	}{
 		{
 			name:     "messages of the first chunk fail: the retryable one is resent, the refused one reported",
@@ -147,6 +149,10 @@ func TestStartedChunkFailures(t *testing.T) {
 			calls:    [][]string{{"m0", "m1"}, {"m2", "m3"}, {"m4", "m5"}, {"m6", "m7"}, {"m0"}, {"m8", "m9"}},
 			attempts: []int{2, 1, 1, 1, 1, 1, 1, 1, 1, 1},
 			failed:   map[int]bool{1: true},
+			// The later chunks' answers are taken before the first
+			// chunk's retry and its backoff, while their attempt
+			// timeouts still run.
+			events: "start 1,start 2,start 3,start 4,wait 1,wait 2,wait 3,wait 4,start 5,wait 5",
 		},
 		{
 			name:     "the second chunk's start fails as a whole: resent whole after the first chunk",
@@ -191,8 +197,12 @@ func TestStartedChunkFailures(t *testing.T) {
 			if !equalCalls(topic.calls, tt.calls) {
 				t.Errorf("calls = %v, want %v", topic.calls, tt.calls)
 			}
-			if _, started, inFlight, _, misuse := topic.state(); inFlight != 0 || misuse != nil || started != 5 {
+			events, started, inFlight, _, misuse := topic.state()
+			if inFlight != 0 || misuse != nil || started != 5 {
 				t.Errorf("%d starts (want 5), %d left in flight, misuse %v", started, inFlight, misuse)
+			}
+			if got := strings.Join(events, ","); tt.events != "" && got != tt.events {
+				t.Errorf("events = %s\nwant %s", got, tt.events)
 			}
 		})
 	}
