@@ -96,8 +96,8 @@ func TestAckAllocations(t *testing.T) {
 		t.Errorf("%v: %v", k, v)
 		return true
 	})
-	if n > 8 {
-		t.Errorf("%.0f allocations for %d acks that fill one DeleteMessageBatch, want at most 8", n, len(ds))
+	if n > 7 {
+		t.Errorf("%.0f allocations for %d acks that fill one DeleteMessageBatch, want 7", n, len(ds))
 	}
 }
 
