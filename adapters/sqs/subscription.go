@@ -2,11 +2,12 @@ package sqs
 
 import (
 	"context"
-	"crypto/rand"
+	"encoding/binary"
 	"encoding/hex"
 	"errors"
 	"fmt"
 	"maps"
+	"math/rand/v2"
 	"strconv"
 	"strings"
 	"sync"
@@ -119,6 +120,10 @@ func (s *Subscription) lease(info QueueInfo) time.Duration {
 	return info.VisibilityTimeout
 }
 
+// allAttributes asks a receive for every message attribute; the SDK only
+// reads it.
+var allAttributes = []string{"All"}
+
 var systemAttributes = []types.MessageSystemAttributeName{
 	types.MessageSystemAttributeNameApproximateReceiveCount,
 	types.MessageSystemAttributeNameMessageDeduplicationId,
@@ -160,10 +165,10 @@ func (s *Subscription) Receive(ctx context.Context, maxMessages int) ([]*driver.
 			MaxNumberOfMessages:         int32(maxMessages),
 			WaitTimeSeconds:             int32(wait / time.Second),
 			MessageSystemAttributeNames: systemAttributes,
-			MessageAttributeNames:       []string{"All"},
+			MessageAttributeNames:       allAttributes,
 			// The SDK resends this same input when it retries, so a
 			// response lost on the way returns the same messages.
-			ReceiveRequestAttemptId: aws.String(attemptID()),
+			ReceiveRequestAttemptId: attemptID(),
 		}
 		if s.opts.VisibilityTimeout > 0 {
 			in.VisibilityTimeout = int32(s.opts.VisibilityTimeout / time.Second)
@@ -190,10 +195,19 @@ func (s *Subscription) Receive(ctx context.Context, maxMessages int) ([]*driver.
 	}
 }
 
-func attemptID() string {
+// attemptID is a random ReceiveRequestAttemptId, made in two allocations:
+// the string and the pointer the input takes. It needs to be unique, not
+// secret: 128 bits of the runtime's generator (seeded by the OS) do, and
+// unlike a crypto/rand.Read buffer they stay off the heap also under the
+// race detector.
+func attemptID() *string {
 	var b [16]byte
-	_, _ = rand.Read(b[:])
-	return hex.EncodeToString(b[:])
+	binary.LittleEndian.PutUint64(b[:8], rand.Uint64())
+	binary.LittleEndian.PutUint64(b[8:], rand.Uint64())
+	var h [2 * len(b)]byte
+	hex.Encode(h[:], b[:])
+	id := string(h[:])
+	return &id
 }
 
 // deliveries turns the messages of one receive back into what was
@@ -276,11 +290,11 @@ func handle(d *driver.Delivery) (string, error) {
 // other share one DeleteMessageBatch; each Ack returns its own entry's
 // result.
 func (s *Subscription) Ack(ctx context.Context, d *driver.Delivery) error {
-	h, err := handle(d)
+	r, err := handleOf(d)
 	if err != nil {
 		return err
 	}
-	return s.del.delete(ctx, h)
+	return s.del.delete(ctx, &r.receipt)
 }
 
 // Nack makes the message visible again after delay, rounded up to whole
@@ -314,7 +328,7 @@ func (s *Subscription) Terminate(ctx context.Context, d *driver.Delivery, reason
 	}
 	info := s.QueueInfo()
 	if info.DeadLetterTargetARN == "" || s.opts.TerminateDeletes {
-		return s.del.delete(ctx, r.receipt)
+		return s.del.delete(ctx, &r.receipt)
 	}
 	dlq, err := s.deadLetterURL(ctx, info.DeadLetterTargetARN)
 	if err != nil {
@@ -341,7 +355,7 @@ func (s *Subscription) Terminate(ctx context.Context, d *driver.Delivery, reason
 	if _, err := s.api.SendMessage(ctx, in); err != nil {
 		return fmt.Errorf("dedupq/sqs: moving message %s to the dead-letter queue %s: %w", aws.ToString(r.msg.MessageId), dlq, err)
 	}
-	return s.del.delete(ctx, r.receipt)
+	return s.del.delete(ctx, &r.receipt)
 }
 
 // deadLetterURL resolves the redrive policy's target ARN
@@ -424,45 +438,81 @@ func (s *Subscription) Close() error {
 
 // deleter coalesces concurrent acks into DeleteMessageBatch requests of up
 // to 10 entries: the first pending ack waits up to linger for others, and a
-// full batch goes at once.
+// full batch goes at once. The acks of a batch share one allocation: its
+// entries, results and the channel that says they are in, so that an ack
+// costs no allocation of its own beyond what waiting on its context costs.
 type deleter struct {
 	api    sqsAPI
 	url    func() string // the queue exists before anything is acked
 	linger time.Duration
 
-	mu      sync.Mutex
-	pending []*deleteReq
-	timer   *time.Timer
-	wg      sync.WaitGroup
+	mu    sync.Mutex
+	cur   *deleteBatch // the batch acks join; nil when none is pending
+	timer *time.Timer  // sends cur after linger; made once, then Reset
+	wg    sync.WaitGroup
 }
 
-type deleteReq struct {
+// deleteBatch is one DeleteMessageBatch request and its acks.
+type deleteBatch struct {
+	n       int // entries; not changed once the batch is sent
+	entries [maxBatch]types.DeleteMessageBatchRequestEntry
+	results [maxBatch]error // each entry's, read once done is closed
+	done    chan struct{}
+
+	// The request's context lives as long as the longest-lived waiting
+	// ack's, so that one ack giving up does not fail the others: the last
+	// ack to give up cancels it.
 	ctx    context.Context
-	handle string
-	done   chan error // buffered: the sender never blocks
+	cancel context.CancelFunc
+	live   int // acks still waiting; guarded by deleter.mu
 }
+
+// entryIDs are the batch entries' Ids, their index, shared by every
+// request rather than formatted per entry.
+var entryIDs = [maxBatch]string{"0", "1", "2", "3", "4", "5", "6", "7", "8", "9"}
 
 func newDeleter(api sqsAPI, url func() string, linger time.Duration) *deleter {
 	return &deleter{api: api, url: url, linger: linger}
 }
 
-// delete queues one receipt handle and waits for its entry's result, or
-// for ctx. An error means SQS may not have deleted the message.
-func (dl *deleter) delete(ctx context.Context, h string) error {
-	r := &deleteReq{ctx: ctx, handle: h, done: make(chan error, 1)}
+// delete queues one receipt handle, which must not change, and waits for
+// its entry's result, or for ctx. An error means SQS may not have deleted
+// the message.
+func (dl *deleter) delete(ctx context.Context, h *string) error {
 	dl.mu.Lock()
-	dl.pending = append(dl.pending, r)
-	switch {
-	case len(dl.pending) >= maxBatch || dl.linger <= 0:
+	b := dl.cur
+	if b == nil {
+		b = &deleteBatch{done: make(chan struct{})}
+		b.ctx, b.cancel = context.WithCancel(context.Background())
+		dl.cur = b
+		if dl.linger > 0 {
+			// A timer that fired while this batch's predecessor was being
+			// sent may still flush this one early: a smaller batch, never
+			// a later one.
+			if dl.timer == nil {
+				dl.timer = time.AfterFunc(dl.linger, dl.flush)
+			} else {
+				dl.timer.Reset(dl.linger)
+			}
+		}
+	}
+	i := b.n
+	b.entries[i] = types.DeleteMessageBatchRequestEntry{Id: &entryIDs[i], ReceiptHandle: h}
+	b.n++
+	b.live++
+	if b.n == maxBatch || dl.linger <= 0 {
 		dl.flushLocked()
-	case len(dl.pending) == 1:
-		dl.timer = time.AfterFunc(dl.linger, dl.flush)
 	}
 	dl.mu.Unlock()
 	select {
-	case err := <-r.done:
-		return err
+	case <-b.done:
+		return b.results[i]
 	case <-ctx.Done():
+		dl.mu.Lock()
+		if b.live--; b.live == 0 {
+			b.cancel()
+		}
+		dl.mu.Unlock()
 		return ctx.Err()
 	}
 }
@@ -473,70 +523,47 @@ func (dl *deleter) flush() {
 	dl.flushLocked()
 }
 
-// flushLocked starts sending everything pending; dl.mu is held.
+// flushLocked starts sending the pending batch; dl.mu is held.
 func (dl *deleter) flushLocked() {
+	b := dl.cur
+	if b == nil {
+		return
+	}
+	dl.cur = nil
 	if dl.timer != nil {
 		dl.timer.Stop()
-		dl.timer = nil
 	}
-	for len(dl.pending) > 0 {
-		n := min(len(dl.pending), maxBatch)
-		batch := dl.pending[:n:n]
-		dl.pending = dl.pending[n:]
-		dl.wg.Add(1)
-		go func() {
-			defer dl.wg.Done()
-			dl.send(batch)
-		}()
-	}
-	dl.pending = nil
+	dl.wg.Add(1)
+	go dl.send(b)
 }
 
-// send deletes one batch. Its context lives as long as the longest-lived
-// waiting ack's, so that one ack giving up does not fail the others.
-func (dl *deleter) send(batch []*deleteReq) {
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	live := len(batch)
-	var mu sync.Mutex
-	for _, r := range batch {
-		stop := context.AfterFunc(r.ctx, func() {
-			mu.Lock()
-			defer mu.Unlock()
-			if live--; live == 0 {
-				cancel()
-			}
-		})
-		defer stop()
-	}
-	entries := make([]types.DeleteMessageBatchRequestEntry, len(batch))
-	for i, r := range batch {
-		entries[i] = types.DeleteMessageBatchRequestEntry{Id: aws.String(strconv.Itoa(i)), ReceiptHandle: aws.String(r.handle)}
-	}
-	out, err := dl.api.DeleteMessageBatch(ctx, &awssqs.DeleteMessageBatchInput{QueueUrl: aws.String(dl.url()), Entries: entries})
+// send deletes one batch and hands each ack its entry's result.
+func (dl *deleter) send(b *deleteBatch) {
+	defer dl.wg.Done()
+	defer close(b.done)
+	defer b.cancel()
+	out, err := dl.api.DeleteMessageBatch(b.ctx, &awssqs.DeleteMessageBatchInput{QueueUrl: aws.String(dl.url()), Entries: b.entries[:b.n]})
 	if err != nil {
-		for _, r := range batch {
-			r.done <- err
+		for i := range b.n {
+			b.results[i] = err
 		}
 		return
 	}
-	results := make([]error, len(batch))
-	answered := make([]bool, len(batch))
+	var answered [maxBatch]bool
 	for _, s := range out.Successful {
-		if i, err := strconv.Atoi(aws.ToString(s.Id)); err == nil && i >= 0 && i < len(batch) {
+		if i, err := strconv.Atoi(aws.ToString(s.Id)); err == nil && i >= 0 && i < b.n {
 			answered[i] = true
 		}
 	}
 	for _, f := range out.Failed {
-		if i, err := strconv.Atoi(aws.ToString(f.Id)); err == nil && i >= 0 && i < len(batch) {
-			results[i], answered[i] = &EntryError{Code: aws.ToString(f.Code), Message: aws.ToString(f.Message), SenderFault: f.SenderFault}, true
+		if i, err := strconv.Atoi(aws.ToString(f.Id)); err == nil && i >= 0 && i < b.n {
+			b.results[i], answered[i] = &EntryError{Code: aws.ToString(f.Code), Message: aws.ToString(f.Message), SenderFault: f.SenderFault}, true
 		}
 	}
-	for i, r := range batch {
+	for i := range b.n {
 		if !answered[i] {
-			results[i] = errors.New("sqs: DeleteMessageBatch returned no result for this entry")
+			b.results[i] = errors.New("sqs: DeleteMessageBatch returned no result for this entry")
 		}
-		r.done <- results[i]
 	}
 }
 
