@@ -101,15 +101,18 @@ func guardOn(s dedup.Store) (dedupq.Deduplicator, error) {
 }
 
 func memRows(context.Context, config) ([]row, func(), error) {
-	broker := mem.NewBroker(mem.Options{DedupWindow: time.Hour, MaxDeliveries: 5})
-	// Every round and side gets queues of its own.
+	// Every side gets a broker of its own: one shared broker would keep
+	// every side's messages (published ones are never consumed) and dedup
+	// IDs for the whole run, and the growing heap would slow each later
+	// row's garbage collection.
+	newBroker := func() *mem.Broker { return mem.NewBroker(mem.Options{DedupWindow: time.Hour, MaxDeliveries: 5}) }
 	queue := func(side string, round int) string { return fmt.Sprintf("%s-%d-%s", side, round, randomName("")) }
 	rawPublish := side{"driver SendBatch", func(ctx context.Context, round int, n int64) (time.Duration, error) {
-		top := broker.Topic(queue("raw-pub", round))
+		top := newBroker().Topic(queue("raw-pub", round))
 		return sendAll(ctx, top, "m", n)
 	}}
 	dqPublish := side{"Publisher", func(ctx context.Context, round int, n int64) (time.Duration, error) {
-		pub, err := dedupq.NewPublisher(ctx, broker.Topic(queue("dq-pub", round)), dedupq.PublisherOptions{})
+		pub, err := dedupq.NewPublisher(ctx, newBroker().Topic(queue("dq-pub", round)), dedupq.PublisherOptions{})
 		if err != nil {
 			return 0, err
 		}
@@ -118,6 +121,7 @@ func memRows(context.Context, config) ([]row, func(), error) {
 	}}
 	filled := func(ctx context.Context, name string, n int64) (driver.Subscription, error) {
 		return untimed(ctx, func(ctx context.Context) (driver.Subscription, error) {
+			broker := newBroker()
 			_, err := sendAll(ctx, broker.Topic(name), "m", n)
 			return broker.Subscription(name), err
 		})
@@ -154,9 +158,9 @@ func memRows(context.Context, config) ([]row, func(), error) {
 		}}
 	}
 	rows := []row{
-		{name: "publish 1 KiB", conc: 1, n: 50_000, allocGoal: true, raw: rawPublish, dq: dqPublish},
-		{name: "consume", conc: consumeConcurrency, n: 50_000, allocGoal: true, raw: rawConsume, dq: dqConsume("Consumer", false)},
-		{name: "consume+guard", conc: consumeConcurrency, n: 50_000, goal: 0.8, raw: rawConsume, dq: dqConsume("Consumer+Guard(memstore)", true)},
+		{name: "publish 1 KiB", conc: 1, n: 200_000, allocGoal: true, raw: rawPublish, dq: dqPublish},
+		{name: "consume", conc: consumeConcurrency, n: 200_000, allocGoal: true, raw: rawConsume, dq: dqConsume("Consumer", false)},
+		{name: "consume+guard", conc: consumeConcurrency, n: 200_000, goal: 0.8, raw: rawConsume, dq: dqConsume("Consumer+Guard(memstore)", true)},
 	}
 	return rows, func() {}, nil
 }
