@@ -329,8 +329,15 @@ func (g *Guard) run(ctx context.Context, h dedupq.Handler, d *dedupq.Delivery, k
 	defer cancel(nil)
 	claim := g.keepClaimed(hctx, cancel, key, token, lease)
 	defer g.keepers.Put(claim) // deferred first: runs after the release below
-	sctx := settlectx.New(ctx, g.opts.SettleTimeout)
-	defer sctx.Release()
+	// The settle context is made once h has returned: SettleTimeout bounds
+	// the completion or release, and a handler that ran longer than it
+	// must still have its success recorded or its key freed.
+	var sctx *settlectx.Ctx
+	defer func() {
+		if sctx != nil {
+			sctx.Release()
+		}
+	}()
 
 	completed := false
 	defer func() {
@@ -339,6 +346,7 @@ func (g *Guard) run(ctx context.Context, h dedupq.Handler, d *dedupq.Delivery, k
 		if completed || claim.stopAndLost() {
 			return
 		}
+		sctx = settlectx.New(ctx, g.opts.SettleTimeout)
 		if rerr := g.store.Release(sctx, key, token); rerr != nil && !errors.Is(rerr, ErrLeaseLost) {
 			g.log.Warn("dedup: releasing a key after a failed handler failed; it frees itself when the lease ends", "key", key, "err", rerr)
 		}
@@ -356,6 +364,7 @@ func (g *Guard) run(ctx context.Context, h dedupq.Handler, d *dedupq.Delivery, k
 		g.log.Error("dedup: lease lost while the handler ran; another consumer may repeat the effect", "key", key)
 		return nil
 	}
+	sctx = settlectx.New(ctx, g.opts.SettleTimeout)
 	var cerr error
 	for i := range 3 {
 		if cerr = g.store.Complete(sctx, key, token, g.opts.TTL, nil); cerr == nil || errors.Is(cerr, ErrLeaseLost) {

@@ -215,3 +215,42 @@ func TestGuardConcurrentDeliveriesRunOnce(t *testing.T) {
 		t.Errorf("stats %+v do not add up to 64 deliveries", s)
 	}
 }
+
+// TestGuardSettleTimeoutStartsAfterHandler: SettleTimeout bounds the
+// completion or release made once the handler returned, so a handler that
+// runs longer than it still has its success recorded, or its key freed.
+func TestGuardSettleTimeoutStartsAfterHandler(t *testing.T) {
+	tests := []struct {
+		name      string
+		handlerOK bool
+		want      dedup.State // of the key, claimed again after
+	}{
+		{"success is recorded", true, dedup.Completed},
+		{"failure frees the key", false, dedup.Acquired},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			store := memstore.New(nil)
+			g, err := dedup.NewGuard(dedup.GuardOptions{Store: store, TTL: time.Hour, SettleTimeout: time.Millisecond})
+			if err != nil {
+				t.Fatal(err)
+			}
+			_ = g.Wrap(func(context.Context, *dedupq.Delivery) error {
+				// Outlasts SettleTimeout: what is tested is how long the
+				// handler ran, nothing is waited for.
+				time.Sleep(20 * time.Millisecond)
+				if tt.handlerOK {
+					return nil
+				}
+				return errors.New("handler failed")
+			})(context.Background(), delivery("k", "a"))
+			if s := g.Stats(); s.Unrecorded != 0 {
+				t.Fatalf("stats %+v: the settle timed out with the handler's run", s)
+			}
+			c, err := store.Claim(context.Background(), "k", dedup.BodyFingerprint(&delivery("k", "a").Message), time.Minute)
+			if err != nil || c.State != tt.want {
+				t.Fatalf("claim after the handler: %+v, %v; want state %v", c, err, tt.want)
+			}
+		})
+	}
+}

@@ -136,13 +136,38 @@ func StoreName(s Store) string {
 type timedStore struct {
 	Store
 	duration metric.Float64Histogram
-	attrs    map[string][]metric.RecordOption // op → store and op attributes
-	store    attribute.KeyValue
+	// attrs holds each op's store and op attributes, built once: a map
+	// looked up per operation cost a string hash each time.
+	attrs [numOps][]metric.RecordOption
+	store attribute.KeyValue
 	// epoch is what an operation's start and end are read against:
 	// time.Since(epoch) reads the monotonic clock alone, where time.Now
 	// reads the wall clock as well (170 ns instead of 50 on a 2-core VM),
 	// and a duration needs only the monotonic one.
 	epoch time.Time
+}
+
+// storeOp is a Store operation, as dedupq.store.op.
+type storeOp int
+
+const (
+	opClaim storeOp = iota
+	opExtend
+	opComplete
+	opRelease
+	numOps
+)
+
+func (op storeOp) String() string {
+	switch op {
+	case opClaim:
+		return "claim"
+	case opExtend:
+		return "extend"
+	case opComplete:
+		return "complete"
+	}
+	return "release"
 }
 
 // newTimedStore returns s timed on m, or s itself when m is nil (metrics
@@ -151,18 +176,18 @@ func newTimedStore(s Store, m metric.Meter, store attribute.KeyValue) Store {
 	if m == nil {
 		return s
 	}
-	t := &timedStore{Store: s, store: store, attrs: map[string][]metric.RecordOption{}, epoch: time.Now()}
+	t := &timedStore{Store: s, store: store, epoch: time.Now()}
 	t.duration, _ = m.Float64Histogram("dedupq.store.duration", metric.WithUnit("s"),
 		metric.WithDescription("Duration of dedup store operations, by dedupq.store, dedupq.store.op and, on failure, error.type."),
 		metric.WithExplicitBucketBoundaries(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5))
-	for _, op := range []string{"claim", "extend", "complete", "release"} {
-		t.attrs[op] = []metric.RecordOption{metric.WithAttributeSet(attribute.NewSet(store, attribute.String("dedupq.store.op", op)))}
+	for op := range numOps {
+		t.attrs[op] = []metric.RecordOption{metric.WithAttributeSet(attribute.NewSet(store, attribute.String("dedupq.store.op", op.String())))}
 	}
 	return t
 }
 
 // record times op, started at start (time.Since(t.epoch) then).
-func (t *timedStore) record(ctx context.Context, op string, start time.Duration, err error) {
+func (t *timedStore) record(ctx context.Context, op storeOp, start time.Duration, err error) {
 	d := (time.Since(t.epoch) - start).Seconds()
 	if err == nil {
 		t.duration.Record(ctx, d, t.attrs[op]...)
@@ -177,33 +202,33 @@ func (t *timedStore) record(ctx context.Context, op string, start time.Duration,
 	case ctx.Err() != nil:
 		kind = "canceled"
 	}
-	t.duration.Record(ctx, d, metric.WithAttributes(t.store, attribute.String("dedupq.store.op", op), attribute.String("error.type", kind)))
+	t.duration.Record(ctx, d, metric.WithAttributes(t.store, attribute.String("dedupq.store.op", op.String()), attribute.String("error.type", kind)))
 }
 
 func (t *timedStore) Claim(ctx context.Context, key, fingerprint string, lease time.Duration) (Claim, error) {
 	start := time.Since(t.epoch)
 	c, err := t.Store.Claim(ctx, key, fingerprint, lease)
-	t.record(ctx, "claim", start, err)
+	t.record(ctx, opClaim, start, err)
 	return c, err
 }
 
 func (t *timedStore) Extend(ctx context.Context, key, token string, lease time.Duration) error {
 	start := time.Since(t.epoch)
 	err := t.Store.Extend(ctx, key, token, lease)
-	t.record(ctx, "extend", start, err)
+	t.record(ctx, opExtend, start, err)
 	return err
 }
 
 func (t *timedStore) Complete(ctx context.Context, key, token string, ttl time.Duration, result []byte) error {
 	start := time.Since(t.epoch)
 	err := t.Store.Complete(ctx, key, token, ttl, result)
-	t.record(ctx, "complete", start, err)
+	t.record(ctx, opComplete, start, err)
 	return err
 }
 
 func (t *timedStore) Release(ctx context.Context, key, token string) error {
 	start := time.Since(t.epoch)
 	err := t.Store.Release(ctx, key, token)
-	t.record(ctx, "release", start, err)
+	t.record(ctx, opRelease, start, err)
 	return err
 }

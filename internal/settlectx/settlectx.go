@@ -14,9 +14,15 @@ import (
 // or already-received delivery without ever waiting on the context, and
 // the timer and its closures were most of a settle's allocations.
 type Ctx struct {
-	context.Context // the parent, through context.WithoutCancel
-	deadline        time.Time
-	timers          *Timers // where the timer comes from and goes back to; nil: made afresh
+	// detached is the parent through context.WithoutCancel. After Init it
+	// is nil until a Value asks for it (under mu), since most settles ask
+	// for no value and the detaching is an allocation; parent is then the
+	// parent as given, and must not answer a Value itself: that would let
+	// context.Cause find the parent's cancellation.
+	detached context.Context
+	parent   context.Context // nil: detached is set
+	deadline time.Time
+	timers   *Timers // where the timer comes from and goes back to; nil: made afresh
 
 	mu    sync.Mutex
 	done  chan struct{}
@@ -35,7 +41,10 @@ func New(parent context.Context, timeout time.Duration) *Ctx {
 // Init is New on a zero Ctx, for one allocated with something else of its
 // caller's.
 func (c *Ctx) Init(parent context.Context, timeout time.Duration) {
-	c.InitDetached(context.WithoutCancel(parent), timeout, nil)
+	if parent == nil {
+		panic("settlectx: nil parent") // as context.WithoutCancel would
+	}
+	c.detached, c.parent, c.deadline, c.timers = nil, parent, time.Now().Add(timeout), nil
 }
 
 // InitDetached is Init for a caller that has detached the parent from its
@@ -43,10 +52,26 @@ func (c *Ctx) Init(parent context.Context, timeout time.Duration) {
 // its Ctxs: the detaching is an allocation. The timer a Done arms comes
 // from timers, and goes back to it on Release; nil timers makes one.
 func (c *Ctx) InitDetached(detached context.Context, timeout time.Duration, timers *Timers) {
-	c.Context, c.deadline, c.timers = detached, time.Now().Add(timeout), timers
+	c.detached, c.parent, c.deadline, c.timers = detached, nil, time.Now().Add(timeout), timers
 }
 
 func (c *Ctx) Deadline() (time.Time, bool) { return c.deadline, true }
+
+// Value is the parent's value for key, read through the parent detached
+// from its cancellation, so that context.Cause(c) does not report the
+// parent's.
+func (c *Ctx) Value(key any) any {
+	if c.parent == nil {
+		return c.detached.Value(key)
+	}
+	c.mu.Lock()
+	if c.detached == nil {
+		c.detached = context.WithoutCancel(c.parent)
+	}
+	d := c.detached
+	c.mu.Unlock()
+	return d.Value(key)
+}
 
 func (c *Ctx) Done() <-chan struct{} {
 	c.mu.Lock()

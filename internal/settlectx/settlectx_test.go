@@ -47,6 +47,10 @@ func TestSettleCtx(t *testing.T) {
 					t.Fatal("Done open after the deadline")
 				}
 			}
+			// The parent was cancelled: its cause is not the settle's.
+			if err := context.Cause(c); !errors.Is(err, tt.wantErr) {
+				t.Fatalf("Cause = %v, want %v", err, tt.wantErr)
+			}
 			if v := c.Value(settleCtxKey{}); v != "v" {
 				t.Fatalf("Value = %v, want the parent's", v)
 			}
@@ -112,5 +116,20 @@ func TestArmedSettleAllocations(t *testing.T) {
 	})
 	if allocs > 1 {
 		t.Errorf("%.0f allocations per armed settle, want 1 (the done channel)", allocs)
+	}
+}
+
+// TestNewAllocatesOnlyTheCtx: a settle that asks for no value and does not
+// wait costs its Ctx alone; the parent is detached only when a Value needs
+// it. No pool is involved, so this holds under the race detector as well.
+func TestNewAllocatesOnlyTheCtx(t *testing.T) {
+	parent := context.WithValue(context.Background(), settleCtxKey{}, "v")
+	allocs := testing.AllocsPerRun(100, func() {
+		c := New(parent, time.Hour)
+		_ = c.Err()
+		c.Release()
+	})
+	if allocs > 1 {
+		t.Errorf("%.0f allocations per settle context, want 1 (the Ctx)", allocs)
 	}
 }
