@@ -287,12 +287,17 @@ func jetstreamRows(ctx context.Context, c config, url string) ([]row, func(), er
 			return cfg, err
 		})
 	}
-	rawConsume := side{"Fetch+Ack", func(ctx context.Context, _ int, n int64) (time.Duration, error) {
+	// rawConsumer is a durable pull consumer on a stream filled with n
+	// messages, for a raw side.
+	rawConsumer := func(ctx context.Context, n int64) (jetstream.Consumer, error) {
 		cfg, err := filled(ctx, n)
 		if err != nil {
-			return 0, err
+			return nil, err
 		}
-		cons, err := js.CreateConsumer(ctx, cfg.Stream, jetstream.ConsumerConfig{Durable: cfg.Durable, AckPolicy: jetstream.AckExplicitPolicy, MaxDeliver: 5})
+		return js.CreateConsumer(ctx, cfg.Stream, jetstream.ConsumerConfig{Durable: cfg.Durable, AckPolicy: jetstream.AckExplicitPolicy, MaxDeliver: 5})
+	}
+	rawConsume := side{"Fetch+Ack", func(ctx context.Context, _ int, n int64) (time.Duration, error) {
+		cons, err := rawConsumer(ctx, n)
 		if err != nil {
 			return 0, err
 		}
@@ -336,11 +341,7 @@ func jetstreamRows(ctx context.Context, c config, url string) ([]row, func(), er
 	// no ack makes a timer of its own. An extra baseline beside Fetch+Ack:
 	// it shows how much of the consume row's gap the confirmation is.
 	rawConsumeConfirmed := side{"Fetch+DoubleAck", func(ctx context.Context, _ int, n int64) (time.Duration, error) {
-		cfg, err := filled(ctx, n)
-		if err != nil {
-			return 0, err
-		}
-		cons, err := js.CreateConsumer(ctx, cfg.Stream, jetstream.ConsumerConfig{Durable: cfg.Durable, AckPolicy: jetstream.AckExplicitPolicy, MaxDeliver: 5})
+		cons, err := rawConsumer(ctx, n)
 		if err != nil {
 			return 0, err
 		}
