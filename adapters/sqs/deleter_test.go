@@ -16,6 +16,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
 
 	"github.com/dedupq/dedupq/driver"
+	"github.com/dedupq/dedupq/internal/testutil"
 )
 
 // fakeDeletes answers DeleteMessageBatch with do; every other call of the
@@ -203,4 +204,55 @@ func TestAcksOfABatch(t *testing.T) {
 			})
 		}
 	})
+}
+
+// TestAckAfterAllOfItsBatchGaveUp: once every ack of an unsent batch has
+// given up, the next ack does not join that batch, whose request context
+// is cancelled: it goes in a batch of its own and succeeds.
+func TestAckAfterAllOfItsBatchGaveUp(t *testing.T) {
+	var mu sync.Mutex
+	var sent [][]string
+	api := &fakeDeletes{do: func(ctx context.Context, in *awssqs.DeleteMessageBatchInput) (*awssqs.DeleteMessageBatchOutput, error) {
+		if err := ctx.Err(); err != nil {
+			return nil, err
+		}
+		mu.Lock()
+		var hs []string
+		for _, e := range in.Entries {
+			hs = append(hs, aws.ToString(e.ReceiptHandle))
+		}
+		sent = append(sent, hs)
+		mu.Unlock()
+		out := &awssqs.DeleteMessageBatchOutput{}
+		for _, e := range in.Entries {
+			out.Successful = append(out.Successful, types.DeleteMessageBatchResultEntry{Id: e.Id})
+		}
+		return out, nil
+	}}
+	// A linger the test never waits for: the batch goes when the
+	// subscription closes.
+	s, ds := ackingSub(api, time.Hour)
+	gaveUp, cancel := context.WithCancel(context.Background())
+	cancel()
+	if err := s.Ack(gaveUp, ds[0]); !errors.Is(err, context.Canceled) {
+		t.Fatalf("ack with a cancelled context = %v, want context.Canceled", err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- s.Ack(context.Background(), ds[1]) }()
+	testutil.WaitFor(t, func() bool {
+		s.del.mu.Lock()
+		defer s.del.mu.Unlock()
+		return s.del.cur != nil && s.del.cur.live == 1
+	})
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-done; err != nil {
+		t.Errorf("ack after its batch's only other ack gave up = %v, want success", err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(sent) != 1 || len(sent[0]) != 1 || sent[0][0] != "rh-1" {
+		t.Errorf("DeleteMessageBatch calls %v, want one with rh-1 alone", sent)
+	}
 }

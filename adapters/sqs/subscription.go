@@ -510,6 +510,15 @@ func (dl *deleter) delete(ctx context.Context, h *string) error {
 	case <-ctx.Done():
 		dl.mu.Lock()
 		if b.live--; b.live == 0 {
+			if dl.cur == b {
+				// Unsent, and nobody waits for it any more: drop it, so
+				// that the next ack starts a batch of its own instead of
+				// joining one whose request is cancelled.
+				dl.cur = nil
+				if dl.timer != nil {
+					dl.timer.Stop()
+				}
+			}
 			b.cancel()
 		}
 		dl.mu.Unlock()
