@@ -232,8 +232,7 @@ func (c *Consumer) Run(ctx context.Context, h Handler) error {
 	})
 	defer stopWatch()
 
-	p := &pipeline{slots: make(chan struct{}, c.opts.Concurrency), stopping: ctx.Done(), h: h,
-		hctx: hctx, detached: context.WithoutCancel(hctx)}
+	p := &pipeline{slots: make(chan struct{}, c.opts.Concurrency), stopping: ctx.Done(), h: h}
 	workers := c.opts.Concurrency
 	if c.opts.Dedup != nil {
 		p.settles = make(chan struct{}, settlesPerSlot*c.opts.Concurrency)
@@ -252,10 +251,17 @@ func (c *Consumer) Run(ctx context.Context, h Handler) error {
 	for range workers {
 		go func() {
 			defer wg.Done()
-			w := &worker{lease: leaseKeeper{c: c, s: leases}, span: c.tel.newProcessStart()}
+			// A context of the worker's own under hctx: a handler that
+			// derives a cancellable context from it (the Guard does, per
+			// delivery) registers it with its worker's, not with one
+			// context that every worker's handlers would queue on.
+			wctx, cancel := context.WithCancelCause(hctx)
+			defer cancel(nil)
+			w := &worker{lease: leaseKeeper{c: c, s: leases}, span: c.tel.newProcessStart(),
+				ctx: wctx, detached: context.WithoutCancel(wctx)}
 			w.lease.extend = w.lease.run
 			for j := range work {
-				c.handle(hctx, p, w, j.d, j.in)
+				c.handle(p, w, j.d, j.in)
 			}
 		}()
 	}
@@ -423,11 +429,7 @@ type pipeline struct {
 	fastAck  driver.UnconfirmedAcker
 	stopping <-chan struct{} // Run's context: ends the holding of unavailable deliveries
 	h        Handler
-	// hctx is the handlers' context, and detached the same without its
-	// cancellation: the parent of every settle whose delivery has no span
-	// of its own (telemetry off), detached once per Run, not per settle.
-	hctx, detached context.Context
-	timers         settlectx.Timers // the settles' timers, reused
+	timers   settlectx.Timers // the settles' timers, reused
 }
 
 // handle runs p.h on one delivery, keeping its lease alive, then settles it,
@@ -437,9 +439,9 @@ type pipeline struct {
 // ErrUnavailable, it runs it again after a backoff (receiveBackoff's),
 // holding the delivery, until p.stopping (Run's context) is done; only then
 // is such a delivery nacked.
-func (c *Consumer) handle(ctx context.Context, p *pipeline, w *worker, d *driver.Delivery, in *inflight) {
+func (c *Consumer) handle(p *pipeline, w *worker, d *driver.Delivery, in *inflight) {
 	c.stats.received.Add(1)
-	ctx, span := c.tel.startDelivery(ctx, w.span, d)
+	ctx, span := c.tel.startDelivery(w.ctx, w.span, d)
 	defer span.End()
 	lease := &w.lease
 	lease.start(ctx, d)
@@ -458,7 +460,7 @@ func (c *Consumer) handle(ctx context.Context, p *pipeline, w *worker, d *driver
 		span.SetStatus(codes.Error, err.Error())
 	}
 	if p.settles == nil {
-		c.settleDelivery(ctx, p, &in.sctx, d, err)
+		c.settleDelivery(ctx, p, w, &in.sctx, d, err)
 		<-p.slots
 		return
 	}
@@ -469,7 +471,7 @@ func (c *Consumer) handle(ctx context.Context, p *pipeline, w *worker, d *driver
 	}
 	p.settles <- struct{}{}
 	<-p.slots
-	c.settleDelivery(ctx, p, &in.sctx, d, err)
+	c.settleDelivery(ctx, p, w, &in.sctx, d, err)
 	<-p.settles
 }
 
@@ -484,6 +486,11 @@ type job struct {
 type worker struct {
 	lease leaseKeeper
 	span  *processStart // nil with tracing off
+	// ctx is the parent of the worker's handlers' contexts, a child of
+	// Run's handlers' context, and detached the same without its
+	// cancellation: the parent of every settle whose delivery has no span
+	// of its own (telemetry off), detached once per worker, not per settle.
+	ctx, detached context.Context
 }
 
 // inflight is what one delivery needs of its own: the handler's copy of it
@@ -498,9 +505,9 @@ type inflight struct {
 // settleDelivery acks, nacks or terminates d by its handler's result err,
 // retrying within SettleTimeout (on sctx, a zero Ctx it sets up), and
 // counts and logs the outcome.
-func (c *Consumer) settleDelivery(ctx context.Context, p *pipeline, sctx *settlectx.Ctx, d *driver.Delivery, err error) {
-	detached := p.detached
-	if ctx != p.hctx {
+func (c *Consumer) settleDelivery(ctx context.Context, p *pipeline, w *worker, sctx *settlectx.Ctx, d *driver.Delivery, err error) {
+	detached := w.detached
+	if ctx != w.ctx {
 		detached = context.WithoutCancel(ctx)
 	}
 	sctx.InitDetached(detached, c.opts.SettleTimeout, &p.timers)

@@ -5,6 +5,7 @@ package dedup_test
 import (
 	"context"
 	"strconv"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -68,4 +69,32 @@ func BenchmarkGuardWrapSteady(b *testing.B) {
 	if s := g.Stats(); s.Ran != uint64(b.N) {
 		b.Fatalf("stats %+v, want %d runs", s, b.N)
 	}
+}
+
+// BenchmarkGuardWrapConsume is the Guard as a Consumer runs it: 64
+// handlers at once, each delivery's context a child of one cancellable
+// context (the Consumer's handlers' context), 1 KiB bodies as in
+// go run ./bench, fresh keys, the global meter provider left as it is.
+func BenchmarkGuardWrapConsume(b *testing.B) {
+	g, err := dedup.NewGuard(dedup.GuardOptions{Store: memstore.New(nil), TTL: time.Hour})
+	if err != nil {
+		b.Fatal(err)
+	}
+	h := g.Wrap(func(context.Context, *dedupq.Delivery) error { return nil })
+	body := make([]byte, 1024)
+	ctx, cancel := context.WithCancelCause(context.WithoutCancel(context.Background()))
+	defer cancel(nil)
+	var next atomic.Int64
+	b.SetParallelism(32) // 64 goroutines on 2 cores, as the Consumer's 64 handlers
+	b.ReportAllocs()
+	b.ResetTimer()
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			d := &dedupq.Delivery{Message: dedupq.Message{ID: "k" + strconv.FormatInt(next.Add(1), 10), Body: body}, Attempt: 1, Lease: 30 * time.Second}
+			if err := h(ctx, d); err != nil {
+				b.Error(err)
+				return
+			}
+		}
+	})
 }
