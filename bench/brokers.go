@@ -100,6 +100,15 @@ func guardOn(s dedup.Store) (dedupq.Deduplicator, error) {
 	return dedup.NewGuard(dedup.GuardOptions{Store: s, TTL: time.Hour})
 }
 
+// passThrough is a Deduplicator that runs the handler as it is and asks no
+// store. A Consumer with it runs as with a Guard (acks sent unconfirmed,
+// settles off the handler slots): a row with it shows what the Consumer
+// itself costs of a consume+guard row, and the Guard row the rest.
+type passThrough struct{}
+
+func (passThrough) Wrap(h dedupq.Handler) dedupq.Handler { return h }
+func (passThrough) TTL() time.Duration                   { return time.Hour }
+
 func memRows(context.Context, config) ([]row, func(), error) {
 	// Every side gets a broker of its own: one shared broker would keep
 	// every side's messages (published ones are never consumed) and dedup
@@ -398,7 +407,7 @@ func jetstreamRows(ctx context.Context, c config, url string) ([]row, func(), er
 		}
 		return d, err
 	}}
-	dqConsume := func(name string, store func() (dedup.Store, error)) side {
+	dqConsume := func(name string, newDedup func() (dedupq.Deduplicator, error)) side {
 		return side{name, func(ctx context.Context, _ int, n int64) (time.Duration, error) {
 			cfg, err := filled(ctx, n)
 			if err != nil {
@@ -409,28 +418,33 @@ func jetstreamRows(ctx context.Context, c config, url string) ([]row, func(), er
 				return 0, err
 			}
 			var g dedupq.Deduplicator
-			if store != nil {
-				s, err := store()
-				if err != nil {
-					return 0, err
-				}
-				if g, err = guardOn(s); err != nil {
+			if newDedup != nil {
+				if g, err = newDedup(); err != nil {
 					return 0, err
 				}
 			}
 			return consumeAll(ctx, sub, g, n)
 		}}
 	}
-	mems := func() (dedup.Store, error) { return memstore.New(nil), nil }
-	reds := func() (dedup.Store, error) {
-		return redisstore.New(rdb, redisstore.Options{Namespace: randomName("bench")})
+	mems := func() (dedupq.Deduplicator, error) { return guardOn(memstore.New(nil)) }
+	reds := func() (dedupq.Deduplicator, error) {
+		s, err := redisstore.New(rdb, redisstore.Options{Namespace: randomName("bench")})
+		if err != nil {
+			return nil, err
+		}
+		return guardOn(s)
 	}
+	none := func() (dedupq.Deduplicator, error) { return passThrough{}, nil }
 	n := int64(20_000)
 	rows := []row{
 		{name: "publish 1 KiB", conc: 1, n: n, goal: 0.95, allocGoal: true, raw: rawPublish, dq: dqPublish},
 		{name: "consume", conc: consumeConcurrency, n: n, allocGoal: true, raw: rawConsume, dq: dqConsume("Consumer", nil)},
 		// The same Consumer beside raw acks confirmed as its own are.
 		{name: "consume", conc: consumeConcurrency, n: n, raw: rawConsumeConfirmed, dq: dqConsume("Consumer", nil)},
+		// The Consumer as it runs with a Guard (acks unconfirmed, settles
+		// off the handler slots) but no store: the consume+guard gap split
+		// into the Consumer's part and the Guard's.
+		{name: "consume+guard", conc: consumeConcurrency, n: n, raw: rawConsume, dq: dqConsume("Consumer+pass-through Deduplicator", none)},
 		{name: "consume+guard", conc: consumeConcurrency, n: n, goal: 0.8, raw: rawConsume, dq: dqConsume("Consumer+Guard(memstore)", mems)},
 	}
 	if c.only["redis"] || rdb.Ping(ctx).Err() == nil {

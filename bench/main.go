@@ -155,8 +155,8 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 	}
 	fmt.Fprintf(out, "Machine: %s, %d cores (GOMAXPROCS %d), %s %s/%s; %d round(s), medians.\n\n",
 		cpuModel(), runtime.NumCPU(), runtime.GOMAXPROCS(0), runtime.Version(), runtime.GOOS, runtime.GOARCH, c.rounds)
-	fmt.Fprintln(out, "| group | case | conc | raw | raw msgs/s | raw allocs/msg | dedupq | dedupq msgs/s | dedupq allocs/msg | ratio | goal | allocs goal |")
-	fmt.Fprintln(out, "|---|---|---:|---|---:|---:|---|---:|---:|---:|---|---|")
+	fmt.Fprintln(out, "| group | case | conc | raw | raw msgs/s | raw allocs/msg | raw CPU µs/msg | dedupq | dedupq msgs/s | dedupq allocs/msg | dedupq CPU µs/msg | ratio | goal | allocs goal |")
+	fmt.Fprintln(out, "|---|---|---:|---|---:|---:|---:|---|---:|---:|---:|---:|---|---|")
 	var skipped, profiles []string
 	ran := 0
 	defer func() {
@@ -321,16 +321,21 @@ const allocSlack = 3
 
 // stopwatch times the measured part of a side's run (what follows its
 // setup: making queues, filling them) and counts the heap allocations the
-// whole process makes meanwhile.
+// whole process makes meanwhile, and the CPU time it takes.
 type stopwatch struct {
 	start   time.Time
 	mallocs uint64
+	cpu     time.Duration
 }
 
-// lastTimed holds the mallocs of the last stopwatch stopped, or -1: measure
-// uses it for a side that times part of its run, and the whole run's
-// mallocs for one that does not (the store rows, which have no setup).
-var lastTimed int64 = -1
+// lastTimed holds the mallocs of the last stopwatch stopped, or -1, and
+// lastTimedCPU its process CPU time: measure uses them for a side that
+// times part of its run, and the whole run's for one that does not (the
+// store rows, which have no setup).
+var (
+	lastTimed    int64 = -1
+	lastTimedCPU time.Duration
+)
 
 func mallocs() uint64 {
 	var ms runtime.MemStats
@@ -338,12 +343,16 @@ func mallocs() uint64 {
 	return ms.Mallocs
 }
 
-func startWatch() stopwatch { return stopwatch{mallocs: mallocs(), start: time.Now()} }
+func startWatch() stopwatch {
+	return stopwatch{mallocs: mallocs(), cpu: processCPU(), start: time.Now()}
+}
 
 // stop returns the time since startWatch and records the allocations in
-// lastTimed. Sides run one at a time, so one variable is enough.
+// lastTimed, the CPU time in lastTimedCPU. Sides run one at a time, so one
+// variable each is enough.
 func (w stopwatch) stop() time.Duration {
 	d := time.Since(w.start)
+	lastTimedCPU = processCPU() - w.cpu
 	lastTimed = int64(mallocs() - w.mallocs)
 	return d
 }
@@ -387,10 +396,10 @@ func measure(ctx context.Context, c config, group string, r row) (string, error)
 	if c.quick {
 		n = max(n/50, int64(2*r.conc), 20)
 	}
-	var raw, dq, rawAllocs, dqAllocs []float64
-	one := func(s side, label string, round int, rates, allocs *[]float64) error {
+	var raw, dq, rawAllocs, dqAllocs, rawCPU, dqCPU []float64
+	one := func(s side, label string, round int, rates, allocs, cpu *[]float64) error {
 		lastTimed = -1
-		before := mallocs()
+		before, cpuBefore := mallocs(), processCPU()
 		var d time.Duration
 		var err error
 		labels := pprof.Labels("group", group, "case", r.name, "conc", strconv.Itoa(r.conc), "side", label)
@@ -400,24 +409,26 @@ func measure(ctx context.Context, c config, group string, r row) (string, error)
 		if err != nil {
 			return fmt.Errorf("%s: %w", s.name, err)
 		}
-		a := lastTimed
+		a, t := lastTimed, lastTimedCPU
 		if a < 0 {
-			a = int64(mallocs() - before)
+			a, t = int64(mallocs()-before), processCPU()-cpuBefore
 		}
 		*rates = append(*rates, float64(n)/d.Seconds())
 		*allocs = append(*allocs, float64(a)/float64(n))
+		*cpu = append(*cpu, t.Seconds()*1e6/float64(n))
 		return nil
 	}
 	for round := range c.rounds {
-		if err := one(r.raw, "raw", round, &raw, &rawAllocs); err != nil {
+		if err := one(r.raw, "raw", round, &raw, &rawAllocs, &rawCPU); err != nil {
 			return "", err
 		}
-		if err := one(r.dq, "dedupq", round, &dq, &dqAllocs); err != nil {
+		if err := one(r.dq, "dedupq", round, &dq, &dqAllocs, &dqCPU); err != nil {
 			return "", err
 		}
 	}
 	mr, md := median(raw), median(dq)
 	ar, ad := median(rawAllocs), median(dqAllocs)
+	cr, cd := median(rawCPU), median(dqCPU)
 	goal := ""
 	if r.goal > 0 {
 		goal = fmt.Sprintf("≥ %.2f× %s", r.goal, verdict(md/mr >= r.goal))
@@ -426,8 +437,8 @@ func measure(ctx context.Context, c config, group string, r row) (string, error)
 	if r.allocGoal {
 		allocGoal = fmt.Sprintf("≤ raw+%d %s", allocSlack, verdict(ad <= ar+allocSlack))
 	}
-	return fmt.Sprintf("| %s | %s | %d | %s | %.0f | %.1f | %s | %.0f | %.1f | %.2f× | %s | %s |",
-		group, r.name, r.conc, r.raw.name, mr, ar, r.dq.name, md, ad, md/mr, goal, allocGoal), nil
+	return fmt.Sprintf("| %s | %s | %d | %s | %.0f | %.1f | %.1f | %s | %.0f | %.1f | %.1f | %.2f× | %s | %s |",
+		group, r.name, r.conc, r.raw.name, mr, ar, cr, r.dq.name, md, ad, cd, md/mr, goal, allocGoal), nil
 }
 
 func verdict(met bool) string {
