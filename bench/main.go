@@ -25,6 +25,13 @@
 // time-driven ones (timers, heartbeats) fall more on the slower side. Broker
 // publish and consume rows check the goal dedupq ≤ raw + 3 per message.
 //
+// And the process's CPU time per message (getrusage, user and system, over
+// the same timed part), with the same reach: an in-process server's CPU
+// counts, an emulator's or a server's in another process does not. Where
+// both sides of a row keep the machine equally busy, the ratio of their
+// rates is the inverse ratio of their CPU per message: the gap is work
+// done, not time spent waiting.
+//
 // Profiles: every timed side runs under the pprof labels group, case,
 // conc and side (raw or dedupq), and a group's setup under group and
 // side=setup, so that one CPU profile splits by row and side
