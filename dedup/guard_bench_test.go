@@ -72,8 +72,8 @@ func BenchmarkGuardWrapSteady(b *testing.B) {
 }
 
 // BenchmarkGuardWrapConsume is the Guard as a Consumer runs it: 64
-// handlers at once, each delivery's context a child of one cancellable
-// context (the Consumer's handlers' context), 1 KiB bodies as in
+// handlers at once, each delivery's context a child of its worker's
+// cancellable context (as the Consumer's workers have), 1 KiB bodies as in
 // go run ./bench, fresh keys, the global meter provider left as it is.
 func BenchmarkGuardWrapConsume(b *testing.B) {
 	g, err := dedup.NewGuard(dedup.GuardOptions{Store: memstore.New(nil), TTL: time.Hour})
@@ -82,13 +82,15 @@ func BenchmarkGuardWrapConsume(b *testing.B) {
 	}
 	h := g.Wrap(func(context.Context, *dedupq.Delivery) error { return nil })
 	body := make([]byte, 1024)
-	ctx, cancel := context.WithCancelCause(context.WithoutCancel(context.Background()))
+	hctx, cancel := context.WithCancelCause(context.WithoutCancel(context.Background()))
 	defer cancel(nil)
 	var next atomic.Int64
 	b.SetParallelism(32) // 64 goroutines on 2 cores, as the Consumer's 64 handlers
 	b.ReportAllocs()
 	b.ResetTimer()
 	b.RunParallel(func(pb *testing.PB) {
+		ctx, cancel := context.WithCancelCause(hctx)
+		defer cancel(nil)
 		for pb.Next() {
 			d := &dedupq.Delivery{Message: dedupq.Message{ID: "k" + strconv.FormatInt(next.Add(1), 10), Body: body}, Attempt: 1, Lease: 30 * time.Second}
 			if err := h(ctx, d); err != nil {
