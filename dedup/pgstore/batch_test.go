@@ -119,38 +119,7 @@ func (h *heldResults) Query() (pgx.Rows, error) {
 // nextSent returns the keys of the next batch of claims sent.
 func (d *heldDB) nextSent(t *testing.T) []string {
 	t.Helper()
-	select {
-	case keys := <-d.sent:
-		return keys
-	case <-time.After(20 * time.Second):
-		t.Fatal("no batch of claims was sent")
-		return nil
-	}
-}
-
-type claimed struct {
-	c   dedup.Claim
-	err error
-}
-
-func claimAsync(ctx context.Context, s *pgstore.Store, key string) <-chan claimed {
-	ch := make(chan claimed, 1)
-	go func() {
-		c, err := s.Claim(ctx, key, "fp", time.Minute)
-		ch <- claimed{c, err}
-	}()
-	return ch
-}
-
-func await(t *testing.T, what string, ch <-chan claimed) claimed {
-	t.Helper()
-	select {
-	case a := <-ch:
-		return a
-	case <-time.After(20 * time.Second):
-		t.Fatalf("%s did not return", what)
-		return claimed{}
-	}
+	return storetest.Receive(t, "the next batch of claims", d.sent)
 }
 
 func queuedClaims(t *testing.T, s *pgstore.Store, n int) {
@@ -206,30 +175,30 @@ func TestBatchedClaimDependsOnItsOwnContextOnly(t *testing.T) {
 	defer releaseX()
 	defer releaseL()
 
-	x := claimAsync(context.Background(), s, kx) // occupies the only slot
+	x := storetest.ClaimAsync(context.Background(), s, kx) // occupies the only slot
 	if got := db.nextSent(t); !slices.Equal(got, []string{kx}) {
 		t.Fatalf("first batch %v, want [%s]", got, kx)
 	}
-	long := claimAsync(context.Background(), s, kl)
+	long := storetest.ClaimAsync(context.Background(), s, kl)
 	queuedClaims(t, s, 1)
 	sctx, expire := storetest.DeadlineContext(time.Now().Add(2 * time.Second))
 	defer expire()
-	short := claimAsync(sctx, s, ks)
+	short := storetest.ClaimAsync(sctx, s, ks)
 	queuedClaims(t, s, 2)
 	releaseX()
 	if got := db.nextSent(t); !slices.Contains(got, kl) || !slices.Contains(got, ks) {
 		t.Fatalf("second batch %v, want %s and %s together", got, kl, ks)
 	}
 	expire() // the short deadline passes while the batch is in flight
-	if a := await(t, "the claim whose deadline passed", short); !errors.Is(a.err, context.DeadlineExceeded) || errors.Is(a.err, dedup.ErrStoreUnavailable) {
-		t.Fatalf("claim with the passed deadline: %+v, %v; want its own context's error", a.c, a.err)
+	if a := storetest.Receive(t, "the claim whose deadline passed", short); !errors.Is(a.Err, context.DeadlineExceeded) || errors.Is(a.Err, dedup.ErrStoreUnavailable) {
+		t.Fatalf("claim with the passed deadline: %+v, %v; want its own context's error", a.Claim, a.Err)
 	}
 	releaseL()
-	if a := await(t, "the claim without a deadline", long); a.err != nil || a.c.State != dedup.Acquired {
-		t.Fatalf("claim without a deadline, batched with one whose deadline passed = %+v, %v; want acquired", a.c, a.err)
+	if a := storetest.Receive(t, "the claim without a deadline", long); a.Err != nil || a.Claim.State != dedup.Acquired {
+		t.Fatalf("claim without a deadline, batched with one whose deadline passed = %+v, %v; want acquired", a.Claim, a.Err)
 	}
-	if a := await(t, "the first claim", x); a.err != nil || a.c.State != dedup.Acquired {
-		t.Fatalf("first claim = %+v, %v", a.c, a.err)
+	if a := storetest.Receive(t, "the first claim", x); a.Err != nil || a.Claim.State != dedup.Acquired {
+		t.Fatalf("first claim = %+v, %v", a.Claim, a.Err)
 	}
 	keyFree(t, pool, s, table, ks)
 }
@@ -249,11 +218,11 @@ func TestClaimGivenUpInFlightIsUndone(t *testing.T) {
 	defer release()
 	ctx, expire := storetest.DeadlineContext(time.Now().Add(2 * time.Second))
 	defer expire()
-	ch := claimAsync(ctx, s, key)
+	ch := storetest.ClaimAsync(ctx, s, key)
 	db.nextSent(t)
 	expire()
-	if a := await(t, "the claim whose deadline passed", ch); !errors.Is(a.err, context.DeadlineExceeded) || errors.Is(a.err, dedup.ErrStoreUnavailable) {
-		t.Fatalf("claim = %+v, %v; want its own context's error", a.c, a.err)
+	if a := storetest.Receive(t, "the claim whose deadline passed", ch); !errors.Is(a.Err, context.DeadlineExceeded) || errors.Is(a.Err, dedup.ErrStoreUnavailable) {
+		t.Fatalf("claim = %+v, %v; want its own context's error", a.Claim, a.Err)
 	}
 	// The statement commits on its own time, which under load can come
 	// after keyFree's first look: "no live row" must mean undone, not
@@ -317,9 +286,9 @@ func TestBatchedClaimRacingTakeover(t *testing.T) {
 
 	release := db.hold(kb)
 	defer release()
-	blocker := claimAsync(ctx, s, kb) // occupies the only slot
+	blocker := storetest.ClaimAsync(ctx, s, kb) // occupies the only slot
 	db.nextSent(t)
-	race, free, live := claimAsync(ctx, s, kr), claimAsync(ctx, s, kf), claimAsync(ctx, s, kv)
+	race, free, live := storetest.ClaimAsync(ctx, s, kr), storetest.ClaimAsync(ctx, s, kf), storetest.ClaimAsync(ctx, s, kv)
 	queuedClaims(t, s, 3)
 	release()
 	if got := db.nextSent(t); len(got) != 3 {
@@ -331,7 +300,7 @@ func TestBatchedClaimRacingTakeover(t *testing.T) {
 	}
 	for _, tc := range []struct {
 		name  string
-		ch    <-chan claimed
+		ch    <-chan storetest.Claimed
 		state dedup.State
 		fp    string
 	}{
@@ -340,9 +309,9 @@ func TestBatchedClaimRacingTakeover(t *testing.T) {
 		{"claim of the live key", live, dedup.InProgress, "fp-live"},
 		{"blocker", blocker, dedup.Acquired, ""},
 	} {
-		a := await(t, tc.name, tc.ch)
-		if a.err != nil || a.c.State != tc.state || a.c.Fingerprint != tc.fp {
-			t.Errorf("%s = %s with fingerprint %q, %v; want %s with %q", tc.name, a.c.State, a.c.Fingerprint, a.err, tc.state, tc.fp)
+		a := storetest.Receive(t, tc.name, tc.ch)
+		if a.Err != nil || a.Claim.State != tc.state || a.Claim.Fingerprint != tc.fp {
+			t.Errorf("%s = %s with fingerprint %q, %v; want %s with %q", tc.name, a.Claim.State, a.Claim.Fingerprint, a.Err, tc.state, tc.fp)
 		}
 	}
 }
@@ -363,22 +332,22 @@ func TestClaimAndCompletionShareABatch(t *testing.T) {
 	db.nextSent(t)
 	release := db.hold("blocker")
 	defer release()
-	blocker := claimAsync(ctx, s, "blocker")
+	blocker := storetest.ClaimAsync(ctx, s, "blocker")
 	db.nextSent(t) // in flight, its answer held back
 
 	completed := make(chan error, 1)
 	go func() { completed <- s.Complete(ctx, "done", held.Token, time.Hour, nil) }()
-	next := claimAsync(ctx, s, "next")
+	next := storetest.ClaimAsync(ctx, s, "next")
 	queuedClaims(t, s, 2) // the completion and the claim wait together
 	release()
-	if a := await(t, "the held claim", blocker); a.err != nil || a.c.State != dedup.Acquired {
-		t.Fatalf("held claim = %+v, %v; want acquired", a.c, a.err)
+	if a := storetest.Receive(t, "the held claim", blocker); a.Err != nil || a.Claim.State != dedup.Acquired {
+		t.Fatalf("held claim = %+v, %v; want acquired", a.Claim, a.Err)
 	}
 	if keys := db.nextSent(t); !slices.Equal(keys, []string{"next"}) {
 		t.Fatalf("next batch claims %q, want [next]", keys)
 	}
-	if a := await(t, "the claim", next); a.err != nil || a.c.State != dedup.Acquired {
-		t.Fatalf("claim = %+v, %v; want acquired", a.c, a.err)
+	if a := storetest.Receive(t, "the claim", next); a.Err != nil || a.Claim.State != dedup.Acquired {
+		t.Fatalf("claim = %+v, %v; want acquired", a.Claim, a.Err)
 	}
 	select {
 	case err := <-completed:

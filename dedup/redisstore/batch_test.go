@@ -99,38 +99,7 @@ func (h *holdHook) wait(ctx context.Context, cmds []redis.Cmder) error {
 
 func (h *holdHook) nextSent(t *testing.T) []string {
 	t.Helper()
-	select {
-	case keys := <-h.sent:
-		return keys
-	case <-time.After(20 * time.Second):
-		t.Fatal("no claim was sent")
-		return nil
-	}
-}
-
-type claimed struct {
-	c   dedup.Claim
-	err error
-}
-
-func claimAsync(ctx context.Context, s *redisstore.Store, key string) <-chan claimed {
-	ch := make(chan claimed, 1)
-	go func() {
-		c, err := s.Claim(ctx, key, "fp", time.Minute)
-		ch <- claimed{c, err}
-	}()
-	return ch
-}
-
-func await(t *testing.T, what string, ch <-chan claimed) claimed {
-	t.Helper()
-	select {
-	case a := <-ch:
-		return a
-	case <-time.After(20 * time.Second):
-		t.Fatalf("%s did not return", what)
-		return claimed{}
-	}
+	return storetest.Receive(t, "the next claim sent", h.sent)
 }
 
 func queued(t *testing.T, s *redisstore.Store, n int) {
@@ -187,30 +156,30 @@ func TestPipelinedClaimDependsOnItsOwnContextOnly(t *testing.T) {
 	defer releaseX()
 	defer releaseL()
 
-	x := claimAsync(context.Background(), s, kx) // occupies the only slot
+	x := storetest.ClaimAsync(context.Background(), s, kx) // occupies the only slot
 	if got := hook.nextSent(t); !slices.Equal(got, []string{s.Key(kx)}) {
 		t.Fatalf("first pipeline %v, want [%s]", got, s.Key(kx))
 	}
-	long := claimAsync(context.Background(), s, kl)
+	long := storetest.ClaimAsync(context.Background(), s, kl)
 	queued(t, s, 1)
 	sctx, expire := storetest.DeadlineContext(time.Now().Add(2 * time.Second))
 	defer expire()
-	short := claimAsync(sctx, s, ks)
+	short := storetest.ClaimAsync(sctx, s, ks)
 	queued(t, s, 2)
 	releaseX()
 	if got := hook.nextSent(t); !slices.Contains(got, s.Key(kl)) || !slices.Contains(got, s.Key(ks)) {
 		t.Fatalf("second pipeline %v, want %s and %s together", got, s.Key(kl), s.Key(ks))
 	}
 	expire() // the short deadline passes while the pipeline is in flight
-	if a := await(t, "the claim whose deadline passed", short); !errors.Is(a.err, context.DeadlineExceeded) || errors.Is(a.err, dedup.ErrStoreUnavailable) {
-		t.Fatalf("claim with the passed deadline: %+v, %v; want its own context's error", a.c, a.err)
+	if a := storetest.Receive(t, "the claim whose deadline passed", short); !errors.Is(a.Err, context.DeadlineExceeded) || errors.Is(a.Err, dedup.ErrStoreUnavailable) {
+		t.Fatalf("claim with the passed deadline: %+v, %v; want its own context's error", a.Claim, a.Err)
 	}
 	releaseL()
-	if a := await(t, "the claim without a deadline", long); a.err != nil || a.c.State != dedup.Acquired {
-		t.Fatalf("claim without a deadline, pipelined with one whose deadline passed = %+v, %v; want acquired", a.c, a.err)
+	if a := storetest.Receive(t, "the claim without a deadline", long); a.Err != nil || a.Claim.State != dedup.Acquired {
+		t.Fatalf("claim without a deadline, pipelined with one whose deadline passed = %+v, %v; want acquired", a.Claim, a.Err)
 	}
-	if a := await(t, "the first claim", x); a.err != nil || a.c.State != dedup.Acquired {
-		t.Fatalf("first claim = %+v, %v", a.c, a.err)
+	if a := storetest.Receive(t, "the first claim", x); a.Err != nil || a.Claim.State != dedup.Acquired {
+		t.Fatalf("first claim = %+v, %v", a.Claim, a.Err)
 	}
 	keyFree(t, c, s, ks)
 }
@@ -237,11 +206,11 @@ func TestClaimGivenUpInFlightIsUndone(t *testing.T) {
 			defer release()
 			ctx, expire := storetest.DeadlineContext(time.Now().Add(2 * time.Second))
 			defer expire()
-			ch := claimAsync(ctx, s, "gone")
+			ch := storetest.ClaimAsync(ctx, s, "gone")
 			hook.nextSent(t)
 			expire()
-			if a := await(t, "the claim whose deadline passed", ch); !errors.Is(a.err, context.DeadlineExceeded) || errors.Is(a.err, dedup.ErrStoreUnavailable) {
-				t.Fatalf("claim = %+v, %v; want its own context's error", a.c, a.err)
+			if a := storetest.Receive(t, "the claim whose deadline passed", ch); !errors.Is(a.Err, context.DeadlineExceeded) || errors.Is(a.Err, dedup.ErrStoreUnavailable) {
+				t.Fatalf("claim = %+v, %v; want its own context's error", a.Claim, a.Err)
 			}
 			// Redis's answer arrives after the caller left: the store
 			// learns the claim was applied, and undoes it.

@@ -296,21 +296,21 @@ func TestClusterPipelineAcrossNodes(t *testing.T) {
 	}
 	// The first claim takes the only flush slot and is held there, so the
 	// others queue up and go out together.
-	first := claimAsync(ctx, s, keys[0])
+	first := storetest.ClaimAsync(ctx, s, keys[0])
 	<-gate.sent
-	rest := make([]<-chan claimed, n)
+	rest := make([]<-chan storetest.Claimed, n)
 	for i := 1; i < n; i++ {
-		rest[i] = claimAsync(ctx, s, keys[i])
+		rest[i] = storetest.ClaimAsync(ctx, s, keys[i])
 	}
 	queued(t, s, n-1)
 	close(gate.gate)
 	tokens := make([]string, n)
-	for i, ch := range append([]<-chan claimed{first}, rest[1:]...) {
-		a := await(t, keys[i], ch)
-		if a.err != nil || a.c.State != dedup.Acquired {
-			t.Fatalf("Claim(%q) = %+v, %v", keys[i], a.c, a.err)
+	for i, ch := range append([]<-chan storetest.Claimed{first}, rest[1:]...) {
+		a := storetest.Receive(t, keys[i], ch)
+		if a.Err != nil || a.Claim.State != dedup.Acquired {
+			t.Fatalf("Claim(%q) = %+v, %v", keys[i], a.Claim, a.Err)
 		}
-		tokens[i] = a.c.Token
+		tokens[i] = a.Claim.Token
 	}
 	// Each master got exactly its own keys of the batch, in one pipeline.
 	total := 0
