@@ -230,14 +230,17 @@ func sqsSendAll(ctx context.Context, client *awssqs.Client, url string, n int64)
 }
 
 // newSQSClient makes an SQS client for fauxqs at endpoint on an HTTP
-// transport of its own, configured as the SDK's default, and counts its
-// ReceiveMessage attempts in rc when rc is not nil.
+// transport of its own, configured as the SDK's default and wrapped in
+// sqs.KeepRequestBody, as the adapter's URL opener wraps its clients (the
+// raw side too: without it a busy client's request fails now and then after
+// the server served it), and counts its ReceiveMessage attempts in rc when
+// rc is not nil.
 func newSQSClient(endpoint string, rc *receiveCounter) (*awssqs.Client, *http.Transport) {
 	tr := awshttp.NewBuildableClient().GetTransport()
 	o := awssqs.Options{
 		Region: "us-east-1", BaseEndpoint: aws.String(endpoint),
 		Credentials: credentials.NewStaticCredentialsProvider("test", "test", ""),
-		HTTPClient:  &http.Client{Transport: tr},
+		HTTPClient:  sqs.KeepRequestBody(&http.Client{Transport: tr}),
 	}
 	if rc != nil {
 		o.APIOptions = append(o.APIOptions, rc.install)

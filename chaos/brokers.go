@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
+	awshttp "github.com/aws/aws-sdk-go-v2/aws/transport/http"
 	"github.com/aws/aws-sdk-go-v2/credentials"
 	awssqs "github.com/aws/aws-sdk-go-v2/service/sqs"
 	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
@@ -16,6 +17,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/dedupq/dedupq"
+	dsqs "github.com/dedupq/dedupq/adapters/sqs"
 	"github.com/dedupq/dedupq/localstack/fauxqs"
 )
 
@@ -103,7 +105,8 @@ func sqsBroker(ctx context.Context) (*broker, error) {
 		return nil, fmt.Errorf("starting fauxqs: %w", err)
 	}
 	c := awssqs.New(awssqs.Options{Region: "us-east-1", BaseEndpoint: aws.String(emu.Endpoint),
-		Credentials: credentials.NewStaticCredentialsProvider("test", "test", "")})
+		Credentials: credentials.NewStaticCredentialsProvider("test", "test", ""),
+		HTTPClient:  dsqs.KeepRequestBody(awshttp.NewBuildableClient())})
 	fail := func(err error) (*broker, error) {
 		_ = emu.Stop()
 		return nil, err

@@ -43,10 +43,12 @@ import (
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
+	awshttp "github.com/aws/aws-sdk-go-v2/aws/transport/http"
 	"github.com/aws/aws-sdk-go-v2/credentials"
 	awssqs "github.com/aws/aws-sdk-go-v2/service/sqs"
 	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
 
+	"github.com/dedupq/dedupq/adapters/sqs"
 	"github.com/dedupq/dedupq/localstack/fauxqs"
 )
 
@@ -107,6 +109,7 @@ func newClient(endpoint string) *awssqs.Client {
 		Region:       testRegion,
 		BaseEndpoint: aws.String(endpoint),
 		Credentials:  credentials.NewStaticCredentialsProvider("test", "test", ""),
+		HTTPClient:   sqs.KeepRequestBody(awshttp.NewBuildableClient()),
 	})
 }
 

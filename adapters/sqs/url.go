@@ -276,9 +276,9 @@ func (o *URLOpener) open(ctx context.Context, u *url.URL) (*awssqs.Client, *owne
 	conns := new(ownedConns)
 	if b, ok := cfg.HTTPClient.(*awshttp.BuildableClient); ok {
 		conns.tr = b.GetTransport()
-		cfg.HTTPClient = &http.Client{Transport: conns.tr, CheckRedirect: func(*http.Request, []*http.Request) error {
+		cfg.HTTPClient = KeepRequestBody(&http.Client{Transport: conns.tr, CheckRedirect: func(*http.Request, []*http.Request) error {
 			return http.ErrUseLastResponse
-		}}
+		}})
 	}
 	client := awssqs.NewFromConfig(cfg, func(so *awssqs.Options) {
 		if endpoint != "" {

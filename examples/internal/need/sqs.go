@@ -6,10 +6,12 @@ import (
 	"testing"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
+	awshttp "github.com/aws/aws-sdk-go-v2/aws/transport/http"
 	"github.com/aws/aws-sdk-go-v2/credentials"
 	awssqs "github.com/aws/aws-sdk-go-v2/service/sqs"
 	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
 
+	dsqs "github.com/dedupq/dedupq/adapters/sqs"
 	"github.com/dedupq/dedupq/localstack/fauxqs"
 )
 
@@ -44,7 +46,8 @@ func SQSQueue(t testing.TB, name string) (client *awssqs.Client, queueURL, endpo
 	t.Helper()
 	endpoint = Fauxqs(t)
 	c := awssqs.New(awssqs.Options{Region: "us-east-1", BaseEndpoint: aws.String(endpoint),
-		Credentials: credentials.NewStaticCredentialsProvider("test", "test", "")})
+		Credentials: credentials.NewStaticCredentialsProvider("test", "test", ""),
+		HTTPClient:  dsqs.KeepRequestBody(awshttp.NewBuildableClient())})
 	ctx := t.Context()
 	dlq, err := c.CreateQueue(ctx, &awssqs.CreateQueueInput{QueueName: aws.String(name + "-dlq.fifo"), Attributes: map[string]string{"FifoQueue": "true"}})
 	if err != nil {
