@@ -49,12 +49,13 @@ const sqsBatch = 10
 // empty polls at the end). The SDK retried on "deserialization failed,
 // read tcp …: use of closed network connection" reading a 200 response,
 // on a loaded machine in 11 of about 260 raw consume sides and 3 of about
-// 260 dedupq ones; the side's client (one of its own, see sqsSide) closed
-// that connection for a reason not found (aws-sdk-go-v2 issues 1825 and
-// 2935 report the same error, unexplained). So sqsSide abandons a
-// run whose ReceiveMessage attempt failed and runs the side again, on a
-// fresh client and queue, and the run lists each such sample after the
-// table.
+// 260 dedupq ones: the transport closed the connection after a request
+// write failed with io.EOF, read from a body the SDK had closed early
+// (aws-sdk-go-v2 issues 1825 and 2935 report the same error). Every
+// client here goes through sqs.KeepRequestBody, which ends that (see
+// newSQSClient). sqsSide still abandons a run whose ReceiveMessage attempt
+// failed and runs the side again, on a fresh client and queue, and the run
+// lists each such sample after the table, should anything else spoil one.
 func sqsRows(ctx context.Context, _ config) ([]row, func(), error) {
 	emu, err := fauxqs.Start()
 	if errors.Is(err, fauxqs.ErrUnavailable) {
