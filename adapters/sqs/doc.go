@@ -6,6 +6,9 @@
 //	p, err := dedupq.OpenPublisher(ctx, "sqs://orders.fifo?region=eu-west-1", dedupq.PublisherOptions{})
 //
 // or build a driver from an SQS client with OpenTopic and OpenSubscription.
+// Give such a client an HTTP client wrapped in KeepRequestBody, as the URL
+// opener does for its own: it keeps the SDK's early close of a request body
+// from failing a request the server already served.
 //
 // # Mapping
 //
