@@ -20,9 +20,10 @@ import (
 // network connection" although the server served it, and the SDK retries
 // it. For a ReceiveMessage that is worse than a failure: the served
 // messages stay invisible for their visibility timeout. Against fauxqs,
-// which answers within that window, a busy client met it on about one
-// request in a hundred (253 failed request writes in one benchmark run, a
-// few of them fatal); over a network the window is rarer, not closed.
+// which answers within that window, a busy client meets it often (253
+// failed request writes in one run of the SQS benchmarks, a few of them
+// under a response still being read); over a network the window is
+// narrower, not closed.
 //
 // The wrapper hides the body's WriteTo, so that io.Copy reads it, and a
 // read at EOF ends a copy without an error. The URL opener's clients use
