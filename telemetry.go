@@ -426,12 +426,15 @@ func (t *conTelemetry) traceHandler(h Handler) Handler {
 		if t.spans() {
 			ctx, span = t.tracer.Start(ctx, "dedupq.handler", t.handlerOpts...)
 		}
+		// Enabled: the global provider's instruments record nothing until
+		// an SDK is installed; until then, no clock reads either.
+		timed := t.metrics && t.handlerDur.Enabled(ctx)
 		var start time.Duration
-		if t.metrics {
+		if timed {
 			start = time.Since(t.epoch)
 		}
 		err := h(ctx, d)
-		if t.metrics {
+		if timed {
 			t.handlerDur.Record(ctx, (time.Since(t.epoch) - start).Seconds(), t.recordOpts...)
 		}
 		if err != nil && span.IsRecording() {

@@ -132,7 +132,11 @@ func StoreName(s Store) string {
 }
 
 // timedStore wraps a Store to time every operation and count its errors,
-// once for all stores.
+// once for all stores. An operation is timed only while the histogram is
+// enabled (Enabled: an SDK installed that keeps it): under the API's global
+// provider before an SDK is installed, which the Guard cannot tell from
+// one that will be, that saves two clock reads and a Record per
+// operation.
 type timedStore struct {
 	Store
 	duration metric.Float64Histogram
@@ -206,6 +210,9 @@ func (t *timedStore) record(ctx context.Context, op storeOp, start time.Duration
 }
 
 func (t *timedStore) Claim(ctx context.Context, key, fingerprint string, lease time.Duration) (Claim, error) {
+	if !t.duration.Enabled(ctx) {
+		return t.Store.Claim(ctx, key, fingerprint, lease)
+	}
 	start := time.Since(t.epoch)
 	c, err := t.Store.Claim(ctx, key, fingerprint, lease)
 	t.record(ctx, opClaim, start, err)
@@ -213,6 +220,9 @@ func (t *timedStore) Claim(ctx context.Context, key, fingerprint string, lease t
 }
 
 func (t *timedStore) Extend(ctx context.Context, key, token string, lease time.Duration) error {
+	if !t.duration.Enabled(ctx) {
+		return t.Store.Extend(ctx, key, token, lease)
+	}
 	start := time.Since(t.epoch)
 	err := t.Store.Extend(ctx, key, token, lease)
 	t.record(ctx, opExtend, start, err)
@@ -220,6 +230,9 @@ func (t *timedStore) Extend(ctx context.Context, key, token string, lease time.D
 }
 
 func (t *timedStore) Complete(ctx context.Context, key, token string, ttl time.Duration, result []byte) error {
+	if !t.duration.Enabled(ctx) {
+		return t.Store.Complete(ctx, key, token, ttl, result)
+	}
 	start := time.Since(t.epoch)
 	err := t.Store.Complete(ctx, key, token, ttl, result)
 	t.record(ctx, opComplete, start, err)
@@ -227,6 +240,9 @@ func (t *timedStore) Complete(ctx context.Context, key, token string, ttl time.D
 }
 
 func (t *timedStore) Release(ctx context.Context, key, token string) error {
+	if !t.duration.Enabled(ctx) {
+		return t.Store.Release(ctx, key, token)
+	}
 	start := time.Since(t.epoch)
 	err := t.Store.Release(ctx, key, token)
 	t.record(ctx, opRelease, start, err)
