@@ -60,12 +60,21 @@ func BenchmarkConsumeMem(b *testing.B) {
 			}
 		}
 	})
-	for _, guard := range []bool{false, true} {
-		name := "consumer"
-		if guard {
-			name = "guard"
-		}
-		b.Run(name, func(b *testing.B) {
+	for _, tc := range []struct {
+		name  string
+		guard bool
+		// work is how long each handler takes. With slow handlers the
+		// figure to read is slot-use: the handlers' work against the
+		// slots' time, what the receive loop's way of grouping free
+		// slots into receives costs them.
+		work time.Duration
+	}{
+		{"consumer", false, 0},
+		{"guard", true, 0},
+		{"slow-handlers", false, time.Millisecond},
+	} {
+		guard := tc.guard
+		b.Run(tc.name, func(b *testing.B) {
 			sub := filled(b)
 			// The global (no-op) providers, as in the bench program.
 			opts := dedupq.ConsumerOptions{Concurrency: conc}
@@ -86,7 +95,11 @@ func BenchmarkConsumeMem(b *testing.B) {
 			b.ReportAllocs()
 			b.ResetTimer()
 			cpu := reportCPU(b)
+			start := time.Now()
 			err = con.Run(runCtx, func(context.Context, *dedupq.Delivery) error {
+				if tc.work > 0 {
+					time.Sleep(tc.work)
+				}
 				if handled.Add(1) == int64(b.N) {
 					stop() // Run returns once every delivery is settled
 				}
@@ -94,6 +107,10 @@ func BenchmarkConsumeMem(b *testing.B) {
 			})
 			b.StopTimer()
 			cpu()
+			if tc.work > 0 {
+				// Sleeps overshoot a little: 100% is out of reach.
+				b.ReportMetric(100*float64(time.Duration(b.N)*tc.work)/float64(conc*time.Since(start)), "slot-use-%")
+			}
 			stop()
 			if err != nil {
 				b.Fatal(err)
