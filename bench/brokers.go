@@ -427,8 +427,11 @@ func jetstreamRows(ctx context.Context, c config, url string) ([]row, func(), er
 		}}
 	}
 	mems := func() (dedupq.Deduplicator, error) { return guardOn(memstore.New(nil)) }
+	var namespaces []string // the Redis Guards', whose keys cleanup removes
 	reds := func() (dedupq.Deduplicator, error) {
-		s, err := redisstore.New(rdb, redisstore.Options{Namespace: randomName("bench")})
+		ns := randomName("bench")
+		namespaces = append(namespaces, ns)
+		s, err := redisstore.New(rdb, redisstore.Options{Namespace: ns})
 		if err != nil {
 			return nil, err
 		}
@@ -453,6 +456,9 @@ func jetstreamRows(ctx context.Context, c config, url string) ([]row, func(), er
 	cleanup := func() {
 		for _, s := range streams {
 			_ = js.DeleteStream(context.Background(), s)
+		}
+		for _, ns := range namespaces {
+			deleteNamespace(rdb, ns)
 		}
 		rdb.Close()
 		nc.Close()

@@ -93,10 +93,7 @@ func redisRows(ctx context.Context, c config) ([]row, func(), error) {
 	}
 	cleanup := func() {
 		// Every key the run wrote starts with the namespace's prefix.
-		iter := rdb.Scan(context.Background(), 0, "dedupq:"+ns+":*", 1000).Iterator()
-		for iter.Next(context.Background()) {
-			rdb.Del(context.Background(), iter.Val())
-		}
+		deleteNamespace(rdb, ns)
 		rdb.Close()
 	}
 	return rows, cleanup, nil
@@ -233,6 +230,27 @@ func txguardRows(ctx context.Context, c config) ([]row, func(), error) {
 
 // randomName is prefix plus random hex: tables, namespaces and streams
 // unique to one run, so that runs on a shared server never collide.
+// deleteNamespace removes the keys a run wrote under the dedup namespace ns,
+// the raw side's and the store's, a page of SCAN at a time. Left to their
+// TTL, a day of runs leaves millions of keys in a shared Redis, which
+// slows the next runs' Redis rows (and anything else on that server).
+func deleteNamespace(rdb *redis.Client, ns string) {
+	ctx := context.Background()
+	var cursor uint64
+	for {
+		keys, next, err := rdb.Scan(ctx, cursor, "dedupq:"+ns+":*", 1000).Result()
+		if err != nil {
+			return
+		}
+		if len(keys) > 0 {
+			rdb.Unlink(ctx, keys...)
+		}
+		if cursor = next; cursor == 0 {
+			return
+		}
+	}
+}
+
 func randomName(prefix string) string {
 	var b [6]byte
 	_, _ = rand.Read(b[:])
