@@ -8,8 +8,6 @@ package dedupq_test
 
 import (
 	"context"
-	"os"
-	"os/exec"
 	"strings"
 	"testing"
 	"time"
@@ -31,13 +29,7 @@ const lateMeterEnv = "DEDUPQ_TEST_LATE_METER"
 // once one is: the deliveries after it count in dedupq.handler.duration
 // and dedupq.store.duration, those before it nowhere.
 func TestGlobalMeterProviderInstalledLate(t *testing.T) {
-	if os.Getenv(lateMeterEnv) == "" {
-		cmd := exec.Command(os.Args[0], "-test.run=^TestGlobalMeterProviderInstalledLate$", "-test.v")
-		cmd.Env = append(os.Environ(), lateMeterEnv+"=1")
-		out, err := cmd.CombinedOutput()
-		if err != nil || !strings.Contains(string(out), "--- PASS") {
-			t.Fatalf("child: %v\n%s", err, out)
-		}
+	if !inChild(t, lateMeterEnv) {
 		return
 	}
 	ctx := context.Background()

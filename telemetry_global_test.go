@@ -25,18 +25,30 @@ import (
 
 const lateGlobalEnv = "DEDUPQ_TEST_LATE_GLOBAL"
 
+// inChild reports whether t runs in a child process of the test binary,
+// started with env set; when it does not, it runs t there and fails t if
+// the child's run of it did not pass. A test that installs a global
+// provider, for good, runs its body only in the child.
+func inChild(t *testing.T, env string) bool {
+	t.Helper()
+	if os.Getenv(env) != "" {
+		return true
+	}
+	cmd := exec.Command(os.Args[0], "-test.run=^"+t.Name()+"$", "-test.v")
+	cmd.Env = append(os.Environ(), env+"=1")
+	out, err := cmd.CombinedOutput()
+	if err != nil || !strings.Contains(string(out), "--- PASS") {
+		t.Fatalf("child: %v\n%s", err, out)
+	}
+	return false
+}
+
 // A consumer made before any global tracer provider is installed, with
 // none of its own, hands the publisher's span context to the handler, and
 // once a provider is installed, the next deliveries get their spans from
 // it: process, child of the publisher's send span, and dedupq.handler.
 func TestGlobalTracerProviderInstalledLate(t *testing.T) {
-	if os.Getenv(lateGlobalEnv) == "" {
-		cmd := exec.Command(os.Args[0], "-test.run=^TestGlobalTracerProviderInstalledLate$", "-test.v")
-		cmd.Env = append(os.Environ(), lateGlobalEnv+"=1")
-		out, err := cmd.CombinedOutput()
-		if err != nil || !strings.Contains(string(out), "--- PASS") {
-			t.Fatalf("child: %v\n%s", err, out)
-		}
+	if !inChild(t, lateGlobalEnv) {
 		return
 	}
 	ctx := context.Background()
