@@ -143,20 +143,28 @@ func pgTables(ctx context.Context, pool *pgxpool.Pool, dedupTables int, effects 
 	return names, drop, nil
 }
 
+// pgSetup connects, creates the tables (pgTables) and a Store on the
+// first; cleanup drops them and closes the pool.
+func pgSetup(ctx context.Context, c config, effects bool) (pool *pgxpool.Pool, tables []string, s *pgstore.Store, cleanup func(), err error) {
+	if pool, err = pgConnect(ctx, c.pgDSN); err != nil {
+		return nil, nil, nil, nil, err
+	}
+	tables, drop, err := pgTables(ctx, pool, 2, effects)
+	if err != nil {
+		pool.Close()
+		return nil, nil, nil, nil, err
+	}
+	cleanup = func() { drop(); pool.Close() }
+	if s, err = pgstore.New(pool, pgstore.Options{Table: tables[0]}); err != nil {
+		cleanup()
+		return nil, nil, nil, nil, err
+	}
+	return pool, tables, s, cleanup, nil
+}
+
 func pgRows(ctx context.Context, c config) ([]row, func(), error) {
-	pool, err := pgConnect(ctx, c.pgDSN)
+	pool, tables, s, cleanup, err := pgSetup(ctx, c, false)
 	if err != nil {
-		return nil, nil, err
-	}
-	tables, drop, err := pgTables(ctx, pool, 2, false)
-	if err != nil {
-		pool.Close()
-		return nil, nil, err
-	}
-	s, err := pgstore.New(pool, pgstore.Options{Table: tables[0]})
-	if err != nil {
-		drop()
-		pool.Close()
 		return nil, nil, err
 	}
 	rawSQL := "INSERT INTO " + tables[1] + ` (namespace, key, token, fingerprint, expires_at)
@@ -171,29 +179,17 @@ func pgRows(ctx context.Context, c config) ([]row, func(), error) {
 		rows = append(rows, row{name: "claim+complete", conc: conc, n: 4_000, goal: goals[conc], raw: raw,
 			dq: perMessage("pgstore", conc, claimComplete(s))})
 	}
-	return rows, func() { drop(); pool.Close() }, nil
+	return rows, cleanup, nil
 }
 
 func txguardRows(ctx context.Context, c config) ([]row, func(), error) {
-	pool, err := pgConnect(ctx, c.pgDSN)
+	pool, tables, s, cleanup, err := pgSetup(ctx, c, true)
 	if err != nil {
-		return nil, nil, err
-	}
-	tables, drop, err := pgTables(ctx, pool, 2, true)
-	if err != nil {
-		pool.Close()
-		return nil, nil, err
-	}
-	s, err := pgstore.New(pool, pgstore.Options{Table: tables[0]})
-	if err != nil {
-		drop()
-		pool.Close()
 		return nil, nil, err
 	}
 	g, err := pgstore.NewTxGuard(s, pgstore.TxGuardOptions{TTL: time.Hour})
 	if err != nil {
-		drop()
-		pool.Close()
+		cleanup()
 		return nil, nil, err
 	}
 	effects := tables[2]
@@ -225,11 +221,9 @@ func txguardRows(ctx context.Context, c config) ([]row, func(), error) {
 		})
 		rows = append(rows, row{name: "effect in tx", conc: conc, n: 3_000, goal: 0.8, raw: raw, dq: dq})
 	}
-	return rows, func() { drop(); pool.Close() }, nil
+	return rows, cleanup, nil
 }
 
-// randomName is prefix plus random hex: tables, namespaces and streams
-// unique to one run, so that runs on a shared server never collide.
 // deleteNamespace removes the keys a run wrote under the dedup namespace ns,
 // the raw side's and the store's, a page of SCAN at a time. Left to their
 // TTL, a day of runs leaves millions of keys in a shared Redis, which
@@ -251,6 +245,8 @@ func deleteNamespace(rdb *redis.Client, ns string) {
 	}
 }
 
+// randomName is prefix plus random hex: tables, namespaces and streams
+// unique to one run, so that runs on a shared server never collide.
 func randomName(prefix string) string {
 	var b [6]byte
 	_, _ = rand.Read(b[:])
