@@ -246,6 +246,8 @@ func (c *Consumer) Run(ctx context.Context, h Handler) error {
 	// One timer extends the leases of every delivery in flight.
 	leases := clock.NewScheduler(c.clock)
 	defer leases.Stop()
+	p.leases, p.released = leases, rctx.Done()
+	p.holder, _ = c.sub.(driver.NackHolder)
 	work := make(chan job)
 	wg.Add(workers)
 	for range workers {
@@ -273,9 +275,11 @@ func (c *Consumer) Run(ctx context.Context, h Handler) error {
 		}
 	})
 	close(work)
-	// A worker returns only once its last settle has: the driver is closed
-	// (finish) only after the last settle returned.
+	// A worker returns only once its last settle has, and a hold once its
+	// nack has (the Run's end ended it): the driver is closed (finish)
+	// only after the last settle returned.
 	wg.Wait()
+	p.holds.Wait()
 	close(drained)
 	c.finish(run)
 	return err
@@ -430,6 +434,12 @@ type pipeline struct {
 	stopping <-chan struct{} // Run's context: ends the holding of unavailable deliveries
 	h        Handler
 	timers   settlectx.Timers // the settles' timers, reused
+	// holder is the driver when its broker cannot delay a redelivery:
+	// nacks with a delay are then held here (see hold); nil otherwise.
+	holder   driver.NackHolder
+	leases   *clock.Scheduler // extends the leases of running and held deliveries
+	released <-chan struct{}  // closed when the Run stops: every hold ends
+	holds    sync.WaitGroup   // the holds in progress
 }
 
 // handle runs p.h on one delivery, keeping its lease alive, then settles it,
@@ -526,6 +536,20 @@ func (c *Consumer) settleDelivery(ctx context.Context, p *pipeline, w *worker, s
 			delay = ra.Delay
 		}
 	}
+	if what == "nack" && p.holder != nil {
+		hold := min(delay, p.holder.MaxNackHold(d))
+		if hold > 0 {
+			c.hold(ctx, p, d, err, hold)
+			return
+		}
+		delay = 0
+	}
+	c.finishSettle(ctx, sctx, what, d, err, delay)
+}
+
+// finishSettle makes the settle call, retrying within sctx, and counts and
+// logs its outcome.
+func (c *Consumer) finishSettle(ctx context.Context, sctx context.Context, what string, d *driver.Delivery, err error, delay time.Duration) {
 	serr := c.settle(sctx, what, d, err, delay)
 	c.count(ctx, what, serr)
 	if serr != nil {
@@ -534,6 +558,43 @@ func (c *Consumer) settleDelivery(ctx context.Context, p *pipeline, w *worker, s
 		c.log.Warn("dedupq: settling a delivery failed; the broker will redeliver it", "op", what,
 			"id", d.Message.ID, "backend_id", d.BackendID, "err", serr)
 	}
+}
+
+// hold keeps d, nacked with the handler's error cause, for the broker
+// that cannot delay its redelivery (p.holder): its lease extended on the
+// Run's scheduler, until the delay has passed or the Run stops, then nacks
+// it with no delay. It returns at once; the Run waits for its end
+// (p.holds) before it closes the driver.
+//
+// When the Run stops because the Consumer is closing, d is left unsettled
+// instead: the driver's Close, which comes next, gives it back, and it can
+// do so at a better moment than a nack now, while its receive is still
+// open (Pub/Sub's client nacks what it holds only once its stream is
+// closed; a nack sent before could be handed straight back down the
+// closing stream, and the message would wait out its ack deadline).
+func (c *Consumer) hold(ctx context.Context, p *pipeline, d *driver.Delivery, cause error, delay time.Duration) {
+	p.holds.Add(1)
+	go func() {
+		defer p.holds.Done()
+		k := leaseKeeper{c: c, s: p.leases}
+		k.extend = k.run
+		k.start(ctx, d)
+		ended := clock.Sleep(c.clock, delay, p.released)
+		k.stop()
+		if !ended && c.isClosed() {
+			return
+		}
+		sctx := settlectx.New(context.WithoutCancel(ctx), c.opts.SettleTimeout)
+		defer sctx.Release()
+		c.finishSettle(ctx, sctx, "nack", d, cause, 0)
+	}()
+}
+
+// isClosed reports whether Close was called.
+func (c *Consumer) isClosed() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.closed
 }
 
 // count records one settlement in Stats and on the meter.

@@ -5,6 +5,7 @@ package dedupq
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"sync"
@@ -254,6 +255,113 @@ func TestUnconfirmedAckOnlyWithDedup(t *testing.T) {
 			}
 			if s := c.Stats(); s.Acked != 1 || s.Nacked != 1 || s.SettleFailed != 0 {
 				t.Errorf("stats = %+v, want 1 acked, 1 nacked", s)
+			}
+		})
+	}
+}
+
+// holdingSub is a chanSub whose broker cannot delay a redelivery: the
+// Consumer holds its nacks itself (driver.NackHolder), for at most maxHold.
+type holdingSub struct {
+	*chanSub
+	maxHold time.Duration
+}
+
+func (s *holdingSub) MaxNackHold(*driver.Delivery) time.Duration { return s.maxHold }
+
+// A nack with a delay, on a driver that cannot delay a redelivery, is held
+// by the Consumer for the delay, at most MaxNackHold, the delivery's lease
+// extended meanwhile, and the driver's Nack is then called with no delay.
+func TestNackHeldWhereTheBrokerCannotDelay(t *testing.T) {
+	const lease = 8 * time.Second // extended every 4s
+	for _, tt := range []struct {
+		name    string
+		maxHold time.Duration
+		err     error         // the handler's
+		held    time.Duration // how long the nack is held; 0 for not at all
+	}{
+		{"the handler's delay", time.Minute, RetryAfter(errors.New("busy"), 20*time.Second), 20 * time.Second},
+		{"capped at MaxNackHold", 10 * time.Second, RetryAfter(errors.New("busy"), time.Minute), 10 * time.Second},
+		{"the policy's backoff without a delay", time.Minute, errors.New("failed"), 7 * time.Second},
+		{"no hold where MaxNackHold is zero", 0, RetryAfter(errors.New("busy"), time.Minute), 0},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			fake := clock.NewFake(time.Unix(0, 0))
+			sub := &holdingSub{chanSub: newChanSub(), maxHold: tt.maxHold}
+			c, err := NewConsumer(context.Background(), sub, ConsumerOptions{Clock: fake})
+			if err != nil {
+				t.Fatal(err)
+			}
+			stop := runConsumer(t, c, func(context.Context, *Delivery) error { return tt.err })
+			defer stop()
+			sub.push("a", lease)
+			if tt.held > 0 {
+				// The hold waits on its timer, and the lease scheduler on
+				// the first extension's.
+				testutil.WaitFor(t, func() bool { return fake.Waiters() == 2 })
+				if got := sub.get("a"); got != "" {
+					t.Fatalf("settled %q at the start of the hold", got)
+				}
+				fake.Advance(tt.held - time.Nanosecond)
+				testutil.WaitFor(t, func() bool { sub.mu.Lock(); defer sub.mu.Unlock(); return sub.extends["a"] >= 1 })
+				if got := sub.get("a"); got != "" {
+					t.Fatalf("settled %q before the hold of %s ended", got, tt.held)
+				}
+				fake.Advance(time.Nanosecond)
+			}
+			testutil.WaitFor(t, func() bool { return sub.get("a") != "" })
+			if got := sub.get("a"); got != "nack 0s" {
+				t.Errorf("settled %q, want a nack with no delay", got)
+			}
+			if s := c.Stats(); s.Nacked != 1 || s.SettleFailed != 0 {
+				t.Errorf("stats = %+v, want 1 nacked", s)
+			}
+		})
+	}
+}
+
+// The end of the Run ends every hold at once: a Run whose context is done
+// nacks the held delivery before it returns, long before its delay; one
+// stopped by Close leaves it unsettled for the driver's Close, which gives
+// it back.
+func TestHeldNacksEndWhenTheRunStops(t *testing.T) {
+	for _, tt := range []struct {
+		name  string
+		close bool
+		want  []string
+	}{
+		{"the Run's context done: nacked", false, []string{"a nack 0s"}},
+		{"Close: left to the driver's Close", true, []string{"close"}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			fake := clock.NewFake(time.Unix(0, 0))
+			sub := &holdingSub{chanSub: newChanSub(), maxHold: time.Hour}
+			c, err := NewConsumer(context.Background(), sub, ConsumerOptions{Clock: fake})
+			if err != nil {
+				t.Fatal(err)
+			}
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			done := make(chan error, 1)
+			go func() {
+				done <- c.Run(ctx, func(context.Context, *Delivery) error {
+					return RetryAfter(errors.New("busy"), time.Hour)
+				})
+			}()
+			sub.push("a", 0)
+			testutil.WaitFor(t, func() bool { return fake.Waiters() == 1 }) // the hold
+			if tt.close {
+				if err := c.Close(context.Background()); err != nil {
+					t.Fatal(err)
+				}
+			} else {
+				cancel()
+			}
+			if err := within(t, done, "Run's return"); err != nil {
+				t.Fatal(err)
+			}
+			if got := sub.log(); !slices.Equal(got, tt.want) {
+				t.Errorf("events = %q, want %q", got, tt.want)
 			}
 		})
 	}

@@ -163,7 +163,8 @@ type Subscription interface {
 	// error means the broker may not have received the ack.
 	Ack(ctx context.Context, d *Delivery) error
 	// Nack returns d for redelivery after delay (or the broker's own
-	// backoff, where it applies one).
+	// backoff, where it applies one). A NackHolder's Nack returns it at
+	// once: the portable layer held it for the delay before the call.
 	Nack(ctx context.Context, d *Delivery, delay time.Duration) error
 	// Terminate stops redelivery of d: dead-letter it where the backend
 	// has a dead-letter queue, drop it otherwise. reason says why.
@@ -196,6 +197,26 @@ type UnconfirmedAcker interface {
 	// was not sent; the caller then falls back to Ack. A Subscription's
 	// Close sends every ack handed over before it.
 	AckUnconfirmed(d *Delivery) error
+}
+
+// NackHolder is implemented by a Subscription whose broker cannot delay a
+// redelivery (Pub/Sub, Service Bus: a nacked or abandoned message is
+// available again at once). The portable layer honours a nack's delay for
+// it by holding the delivery: it keeps the delivery's lease alive with
+// Extend, as for a running handler, and calls Nack once the delay (capped
+// at MaxNackHold) has passed, or at once when the Consumer's Run stops;
+// when the Consumer is closing it leaves the delivery unsettled instead,
+// for the Subscription's Close, which comes next, to give back. The
+// driver's Nack is always called with a zero delay, and it never holds a
+// delivery itself.
+type NackHolder interface {
+	// MaxNackHold is the longest d may be held before its Nack: the
+	// longest the driver can keep its lease (a client that stops
+	// extending it, a lock renewal that must not outlast an entity's
+	// settings). Redelivery must count it in the backoff before every
+	// redelivery, since a nacked delivery can come back that much later.
+	// Zero or less means no hold: d is nacked at once.
+	MaxNackHold(d *Delivery) time.Duration
 }
 
 // Provisioner is implemented by a Topic or Subscription whose
