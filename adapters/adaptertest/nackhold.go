@@ -2,22 +2,73 @@ package adaptertest
 
 import (
 	"context"
+	"errors"
+	"sync"
 	"testing"
 	"time"
 
+	"github.com/dedupq/dedupq"
 	"github.com/dedupq/dedupq/driver"
 )
 
-// HeldNack is a subscription whose broker has no redelivery delay of its
-// own, so that its Nack holds a delivery for the delay (its lease kept
-// alive) and only then gives it back (Pub/Sub, Service Bus), with what
-// NackHeld and NackHoldReleasedOnClose need to drive it.
+// HeldNack is a subscription whose broker cannot delay a redelivery, so
+// that the Consumer holds a nacked delivery for its delay
+// (driver.NackHolder: Pub/Sub, Service Bus), with what NackHeld and
+// NackHoldReleasedOnStop need to drive it.
 type HeldNack struct {
 	Topic driver.Topic // publishes to Sub's entity
 	Sub   driver.Subscription
-	// Cap is the longest hold Nack applies, which Sub's Redelivery must
-	// report as the backoff before every redelivery.
+	// Cap is the longest hold (MaxNackHold of a fresh delivery), which
+	// Sub's Redelivery must report as the backoff before every
+	// redelivery.
 	Cap time.Duration
+}
+
+// seen is one handler call: its delivery and when it ran.
+type seen struct {
+	d  dedupq.Delivery
+	at time.Time
+}
+
+// runHeld runs a Consumer on h.Sub whose handler asks, on a delivery's
+// first attempt, for a redelivery after delay, and acks the next. It
+// returns the deliveries as the handler sees them, a stop that ends the
+// Run and returns how long that took, and the Consumer.
+func runHeld(t *testing.T, h HeldNack, delay time.Duration) (<-chan seen, func() time.Duration, *dedupq.Consumer) {
+	t.Helper()
+	if _, ok := h.Sub.(driver.NackHolder); !ok {
+		t.Fatalf("%T is not a driver.NackHolder", h.Sub)
+	}
+	c, err := dedupq.NewConsumer(t.Context(), h.Sub, dedupq.ConsumerOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	calls := make(chan seen, 10)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() {
+		done <- c.Run(ctx, func(_ context.Context, d *dedupq.Delivery) error {
+			calls <- seen{*d, time.Now()}
+			if d.Attempt == 1 {
+				return dedupq.RetryAfter(errors.New("not yet"), delay)
+			}
+			return nil
+		})
+	}()
+	var once sync.Once
+	stop := func() (took time.Duration) {
+		once.Do(func() {
+			start := time.Now()
+			cancel()
+			if err := <-done; err != nil {
+				t.Errorf("Run: %v", err)
+			}
+			took = time.Since(start)
+		})
+		return took
+	}
+	t.Cleanup(func() { stop() })
+	return calls, stop, c
 }
 
 func (h HeldNack) send(t *testing.T, id string) {
@@ -28,34 +79,23 @@ func (h HeldNack) send(t *testing.T, id string) {
 	}
 }
 
-// receive receives one delivery from sub within d, or returns nil.
-func receive(t *testing.T, sub driver.Subscription, d time.Duration) *driver.Delivery {
+func next(t *testing.T, calls <-chan seen, what string) seen {
 	t.Helper()
-	if d <= 0 {
-		return nil
+	select {
+	case s := <-calls:
+		return s
+	case <-time.After(15 * time.Second):
+		t.Fatalf("no %s within 15s", what)
+		return seen{}
 	}
-	ctx, cancel := context.WithTimeout(t.Context(), d)
-	defer cancel()
-	ds, err := sub.Receive(ctx, 1)
-	if err != nil || len(ds) == 0 {
-		return nil
-	}
-	if len(ds) != 1 {
-		t.Fatalf("Receive returned %d deliveries, want 1", len(ds))
-	}
-	return ds[0]
 }
 
-// holdSlack bounds how long a Nack that holds, or a Close that ends the
-// holds, may take, and how much earlier than the delay's end a bounded
-// negative check stops looking.
-const holdSlack = 500 * time.Millisecond
-
-// NackHeld checks a held nack: Redelivery reports Cap as the backoff; Nack
-// with delay returns at once; the message comes back no sooner than delay,
-// as the next attempt of the same message. It returns both deliveries for
-// the adapter's own checks; the second is acked.
-func NackHeld(t *testing.T, h HeldNack, delay time.Duration) (first, second *driver.Delivery) {
+// NackHeld checks a held nack through a Consumer: Redelivery reports Cap as
+// the backoff; a handler's RetryAfter(delay) brings the message back no
+// sooner than delay, as the next attempt of the same message, its lease
+// kept meanwhile (a delay past the broker's own lease or ack deadline
+// shows that). The second delivery is acked.
+func NackHeld(t *testing.T, h HeldNack, delay time.Duration) {
 	t.Helper()
 	r, err := h.Sub.Redelivery(t.Context())
 	if err != nil {
@@ -64,65 +104,64 @@ func NackHeld(t *testing.T, h HeldNack, delay time.Duration) (first, second *dri
 	if r.BackoffBefore(2) != h.Cap {
 		t.Errorf("Redelivery().Backoff = %v, want the hold cap %s", r.Backoff, h.Cap)
 	}
+	calls, stop, _ := runHeld(t, h, delay)
 	h.send(t, "held")
-	if first = receive(t, h.Sub, 15*time.Second); first == nil {
-		t.Fatal("no first delivery")
-	}
-	start := time.Now()
-	if err := h.Sub.Nack(t.Context(), first, delay); err != nil {
-		t.Fatalf("Nack: %v", err)
-	}
-	if took := time.Since(start); took > holdSlack {
-		t.Errorf("Nack took %s; it must not block for the delay", took)
-	}
-	// Bounded negative check: nothing comes back well before the delay.
-	if again := receive(t, h.Sub, delay-holdSlack-time.Since(start)); again != nil {
-		t.Fatalf("redelivered after %s, before the %s delay", time.Since(start), delay)
-	}
-	if second = receive(t, h.Sub, 15*time.Second); second == nil {
-		t.Fatal("not redelivered after the delay")
-	}
-	if took := time.Since(start); took < delay {
+	first := next(t, calls, "first delivery")
+	second := next(t, calls, "redelivery")
+	if took := second.at.Sub(first.at); took < delay {
 		t.Errorf("redelivered after %s, before the %s delay", took, delay)
 	}
-	if second.BackendID != first.BackendID || second.Attempt != first.Attempt+1 {
-		t.Errorf("redelivery %s attempt %d, want %s attempt %d", second.BackendID, second.Attempt, first.BackendID, first.Attempt+1)
+	if second.d.BackendID != first.d.BackendID || second.d.Attempt != first.d.Attempt+1 {
+		t.Errorf("redelivery %s attempt %d, want %s attempt %d", second.d.BackendID, second.d.Attempt, first.d.BackendID, first.d.Attempt+1)
 	}
-	if err := h.Sub.Ack(t.Context(), second); err != nil {
-		t.Errorf("Ack: %v", err)
-	}
-	return first, second
+	stop()
 }
 
-// NackHoldReleasedOnClose checks that Close ends a hold at once: a delivery
-// nacked for Cap comes back, well before Cap has passed, to the
-// subscription on the same entity that other returns once Sub is closed.
-// It returns both deliveries for the adapter's own checks; the second is
-// acked.
-func NackHoldReleasedOnClose(t *testing.T, h HeldNack, other func() driver.Subscription) (first, second *driver.Delivery) {
+// NackHoldEndsWithRun checks that the end of a Run, its context done,
+// ends a hold at once: a delivery whose handler asked for a redelivery
+// after Cap is nacked before Run returns, well before Cap has passed.
+func NackHoldEndsWithRun(t *testing.T, h HeldNack) {
 	t.Helper()
+	calls, stop, c := runHeld(t, h, h.Cap)
+	h.send(t, "stopping")
+	next(t, calls, "first delivery")
+	if took := stop(); took > 3*time.Second {
+		t.Errorf("Run took %s to stop with a held delivery", took)
+	}
+	if s := c.Stats(); s.Nacked != 1 || s.SettleFailed != 0 {
+		t.Errorf("stats once Run returned: %+v, want the held delivery nacked", s)
+	}
+}
+
+// NackHoldLeftToClose checks that the Consumer's Close leaves a held
+// delivery to the driver's Close, and that this gives it back at once: it
+// comes back, well before Cap, to the subscription on the same entity that
+// other returns once the Consumer is closed. The redelivery is acked.
+func NackHoldLeftToClose(t *testing.T, h HeldNack, other func() driver.Subscription) {
+	t.Helper()
+	calls, stop, c := runHeld(t, h, h.Cap)
 	h.send(t, "closing")
-	if first = receive(t, h.Sub, 15*time.Second); first == nil {
-		t.Fatal("no first delivery")
-	}
-	if err := h.Sub.Nack(t.Context(), first, h.Cap); err != nil {
-		t.Fatalf("Nack: %v", err)
-	}
+	got := next(t, calls, "first delivery")
 	start := time.Now()
-	if err := h.Sub.Close(); err != nil {
+	if err := c.Close(t.Context()); err != nil {
 		t.Fatalf("Close: %v", err)
 	}
+	stop()
 	if took := time.Since(start); took > 3*time.Second {
 		t.Errorf("Close took %s with a held delivery", took)
 	}
-	// Well before the hold would have ended.
+	if s := c.Stats(); s.Nacked != 0 {
+		t.Errorf("stats after Close: %+v, want the held delivery left unsettled", s)
+	}
 	o := other()
-	if second = receive(t, o, h.Cap/2); second == nil {
-		t.Fatal("the held delivery did not come back at once after Close")
+	ctx, cancel := context.WithTimeout(t.Context(), h.Cap/2-time.Since(start))
+	defer cancel()
+	ds, err := o.Receive(ctx, 1)
+	if err != nil || len(ds) != 1 {
+		t.Fatalf("the held delivery did not come back at once after Close: %v, %d deliveries", err, len(ds))
 	}
-	if second.BackendID != first.BackendID {
-		t.Errorf("redelivered %s, want %s", second.BackendID, first.BackendID)
+	if ds[0].BackendID != got.d.BackendID {
+		t.Errorf("redelivered %s, want %s", ds[0].BackendID, got.d.BackendID)
 	}
-	_ = o.Ack(t.Context(), second)
-	return first, second
+	_ = o.Ack(t.Context(), ds[0])
 }

@@ -110,16 +110,19 @@
 // exactly-once the client resolves the result at once and sends the ack
 // later, in a batch, without confirmation.
 //
-// Pub/Sub has no per-message redelivery delay, so a Nack with a positive
-// delay is held by the Subscription: Nack returns at once, the message
-// stays unsettled in the client, whose lease management keeps extending
-// its ack deadline, and the client's Nack is called when the delay has
-// passed. The hold is capped at the lease (Options.AckExtension, see
-// below) and at what remains of Options.MaxExtension since receipt; it
-// covers the wait dedup.Guard asks for when another handler holds a key,
-// which would otherwise burn a delivery attempt at once. The
-// subscription's retry policy, if any, applies after the hold. Close nacks
-// every held message at once. A Nack without a delay nacks at once.
+// Pub/Sub has no per-message redelivery delay, so the Consumer honours a
+// nack's delay by holding the delivery (the Subscription is a
+// driver.NackHolder): the message stays unsettled in the client, whose
+// lease management keeps extending its ack deadline, and the Consumer calls
+// Nack when the delay has passed, or at once when its Run stops; when the
+// Consumer is closed it leaves the message to Close, which has the client
+// nack it once its stream has closed (a nack sent before could be handed
+// straight back down the closing stream). The hold
+// is capped (MaxNackHold) at the lease (Options.AckExtension, see below)
+// and at what remains of Options.MaxExtension since receipt; it covers the
+// wait dedup.Guard asks for when another handler holds a key, which would
+// otherwise burn a delivery attempt at once. The subscription's retry
+// policy, if any, applies after the hold. Nack itself nacks at once.
 //
 // The client manages ack deadlines itself: it extends the lease of every
 // message it holds by Options.AckExtension at a time, until the message is
@@ -145,7 +148,7 @@
 // same window. The redelivery policy is: MaxDeliveries from the dead-letter
 // policy's MaxDeliveryAttempts (none: unlimited); AckWait the lease the
 // client keeps on a message it holds (see Options.AckExtension); and as the
-// backoff before every redelivery, the longest hold a Nack applies (the
+// backoff before every redelivery, the longest hold of a nack (the
 // lease) plus, when the subscription has a retry policy, its maximum
 // backoff — an upper bound, since Pub/Sub grows the backoff exponentially
 // between the minimum and the maximum without documenting the steps. The

@@ -1,8 +1,10 @@
 package pubsub_test
 
-// Nack with a delay on pstest: the Subscription holds the message
-// unsettled (the client keeps its lease) and nacks it when the delay has
-// passed, or at once on Close.
+// A nack with a delay on pstest, through a Consumer: it holds the delivery
+// (the Subscription is a driver.NackHolder), unsettled in the client, which
+// keeps its lease, and nacks it when the delay has passed, or at once when
+// its Run stops; the Consumer's Close leaves it to the Subscription's,
+// which has the client nack it once its stream has closed.
 
 import (
 	"testing"
@@ -42,11 +44,17 @@ func TestNackDelayHeld(t *testing.T) {
 	adaptertest.NackHeld(t, adaptertest.HeldNack{Topic: tp, Sub: open(), Cap: lease}, 1800*time.Millisecond)
 }
 
-func TestNackDelayReleasedOnClose(t *testing.T) {
+func TestNackDelayEndsWithRun(t *testing.T) {
+	const lease = 10 * time.Second
+	tp, open := openNackFixture(t, lease)
+	adaptertest.NackHoldEndsWithRun(t, adaptertest.HeldNack{Topic: tp, Sub: open(), Cap: lease})
+}
+
+func TestNackDelayLeftToClose(t *testing.T) {
 	const lease = 10 * time.Second
 	tp, open := openNackFixture(t, lease)
 	// A new Subscription counts attempts afresh: the redelivery's number
 	// is not compared.
-	adaptertest.NackHoldReleasedOnClose(t, adaptertest.HeldNack{Topic: tp, Sub: open(), Cap: lease},
+	adaptertest.NackHoldLeftToClose(t, adaptertest.HeldNack{Topic: tp, Sub: open(), Cap: lease},
 		func() driver.Subscription { return open() })
 }

@@ -176,7 +176,10 @@ type Subscription struct {
 	poisoned map[string]struct{} // terminated message IDs, awaiting dead-lettering
 }
 
-var _ driver.Subscription = (*Subscription)(nil)
+var (
+	_ driver.Subscription = (*Subscription)(nil)
+	_ driver.NackHolder   = (*Subscription)(nil)
+)
 
 // receiveRun is one background call of the client's Subscriber.Receive.
 type receiveRun struct {
@@ -191,12 +194,9 @@ type inflight struct {
 	received time.Time
 	once     sync.Once
 	done     chan struct{}
-	// op, ack and hold are set inside once: read them only after once.Do.
+	// op and ack are set inside once: read them only after once.Do.
 	op  string
 	ack *gpubsub.AckResult
-	// hold is how long a nack waits before the client's Nack; the callback
-	// waits it out, so the client keeps extending the lease meanwhile.
-	hold time.Duration
 }
 
 // settle runs f as the delivery's one settlement, named op, unless it was
@@ -289,7 +289,7 @@ func (s *Subscription) Window(ctx context.Context) (window.Window, error) {
 // Redelivery reads the subscription again and reports its redelivery
 // policy: the dead-letter policy's MaxDeliveryAttempts (unlimited without
 // one), the lease the client keeps as AckWait, and as the backoff before
-// each redelivery the longest hold a nack applies (the lease, see Nack)
+// each redelivery the longest hold of a nack (the lease, see MaxNackHold)
 // plus the retry policy's maximum backoff (none without a retry policy).
 // The hold is counted because a nacked message can stay held that long
 // before Pub/Sub's own backoff starts: without it Span would not be a
@@ -389,18 +389,6 @@ func (s *Subscription) callback(ctx context.Context, m *gpubsub.Message) {
 	case <-s.closing:
 		it.settle("nack", func() {})
 		return
-	}
-	if it.hold > 0 {
-		// A delayed nack: m is still unsettled for the client, which keeps
-		// its lease; Close or the end of the receive ends the hold at once.
-		t := time.NewTimer(it.hold)
-		defer t.Stop()
-		select {
-		case <-t.C:
-			m.Nack()
-		case <-s.closing:
-		case <-ctx.Done():
-		}
 	}
 }
 
@@ -550,32 +538,35 @@ func (s *Subscription) wait(ctx context.Context, it *inflight) error {
 	return nil
 }
 
-// Nack makes d available for redelivery, subject to the subscription's
-// retry policy. Pub/Sub has no per-message delay, so a positive delay is
-// honoured by holding: Nack returns at once, the message stays unsettled
-// in the client (whose lease management keeps extending its ack deadline)
-// and the client's Nack is called when the delay has passed. The hold is
-// capped at the lease (Delivery.Lease, which covers the wait dedup.Guard
-// asks for) and at what remains of Options.MaxExtension since receipt;
-// Close ends every hold at once. The retry policy's backoff, if any, comes
-// on top.
-func (s *Subscription) Nack(_ context.Context, d *driver.Delivery, delay time.Duration) error {
+// Nack makes d available for redelivery at once, subject to the
+// subscription's retry policy. Pub/Sub has no per-message delay: the
+// Consumer honours a delay by holding the delivery before it calls Nack
+// (driver.NackHolder), the message unsettled in the client meanwhile, whose
+// lease management keeps extending its ack deadline; delay is ignored.
+func (s *Subscription) Nack(_ context.Context, d *driver.Delivery, _ time.Duration) error {
 	it, err := handle(d)
 	if err != nil {
 		return err
 	}
-	hold := min(delay, s.holdCap(), s.opts.MaxExtension-time.Since(it.received))
-	f := it.m.Nack
-	if hold > 0 {
-		f = func() { it.hold = hold }
-	}
-	if op := it.settle("nack", f); op != "nack" {
+	if op := it.settle("nack", it.m.Nack); op != "nack" {
 		return fmt.Errorf("dedupq/pubsub: nack of message %s: %w (%s)", it.m.ID, errSettled, op)
 	}
 	return nil
 }
 
-// holdCap is the longest hold Nack applies.
+// MaxNackHold is the longest the Consumer may hold d before its Nack: the
+// lease (Delivery.Lease, which covers the wait dedup.Guard asks for), and
+// no longer than what remains of Options.MaxExtension since receipt, after
+// which the client stops extending the lease.
+func (s *Subscription) MaxNackHold(d *driver.Delivery) time.Duration {
+	it, err := handle(d)
+	if err != nil {
+		return 0
+	}
+	return min(s.holdCap(), s.opts.MaxExtension-time.Since(it.received))
+}
+
+// holdCap is the longest hold MaxNackHold allows.
 func (s *Subscription) holdCap() time.Duration { return s.lease }
 
 // Terminate stops d reaching a handler again. With a dead-letter policy it
@@ -629,7 +620,8 @@ func (s *Subscription) Extend(_ context.Context, d *driver.Delivery, by time.Dur
 }
 
 // Close stops receiving, nacks every message not yet settled — those
-// waiting for Receive, those handed out and those a delayed Nack holds —
+// waiting for Receive and those handed out (a Consumer's held ones among
+// them) —
 // after the client's stream has closed, so that each is redelivered at once
 // to the next receiver, and closes the client if the Subscription made it.
 func (s *Subscription) Close() error {

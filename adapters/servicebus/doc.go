@@ -32,14 +32,15 @@
 // LockDuration. Session entities are refused by OpenSubscription for now.
 //
 // Service Bus redelivers an abandoned message at once and has no
-// per-message redelivery delay, so a nack with a positive delay is held by
-// the Subscription: Nack returns at once, the message stays locked
-// (renewed with RenewMessageLock when the hold outlasts the lock) and is
-// abandoned when the delay has passed. The hold is capped at LockDuration,
-// which covers the wait dedup.Guard asks for when another handler holds a
-// key; without the hold each such deferral would burn one of
-// MaxDeliveryCount deliveries at once. Close abandons every held message at
-// once. The redelivery policy reports LockDuration as the backoff before
+// per-message redelivery delay, so the Consumer honours a nack's delay by
+// holding the delivery (the Subscription is a driver.NackHolder): the
+// message stays locked (renewed with RenewMessageLock when the hold
+// outlasts the lock) and is abandoned when the delay has passed, or at
+// once when the Consumer's Run stops; when the Consumer is closed it is
+// left to its lock's expiry. The hold is capped at LockDuration
+// (MaxNackHold), which covers the wait dedup.Guard asks for when another
+// handler holds a key; without the hold each such deferral would burn one
+// of MaxDeliveryCount deliveries at once. The redelivery policy reports LockDuration as the backoff before
 // every redelivery, so that Span stays a worst case; the Consumer then
 // also holds a nack whose handler asked for no delay for LockDuration.
 //

@@ -1,8 +1,9 @@
 package servicebus_test
 
-// Nack with a delay against the double: the Subscription holds the
-// message (renewing its lock) and abandons it when the delay has passed,
-// or at once on Close.
+// A nack with a delay against the double, through a Consumer: it holds the
+// delivery (the Subscription is a driver.NackHolder), renewing its lock,
+// and abandons it when the delay has passed, or at once when its Run
+// stops.
 
 import (
 	"context"
@@ -14,7 +15,6 @@ import (
 
 	"github.com/dedupq/dedupq/adapters/adaptertest"
 	"github.com/dedupq/dedupq/adapters/servicebus"
-	"github.com/dedupq/dedupq/driver"
 )
 
 // countingReceiver counts lock renewals on the real SDK receiver.
@@ -59,19 +59,20 @@ func TestNackDelayHeld(t *testing.T) {
 	}
 }
 
-func TestNackDelayReleasedOnClose(t *testing.T) {
+func TestNackDelayEndsWithRun(t *testing.T) {
 	d := needDouble(t)
 	a := newFakeAdmin()
 	const lock = 10 * time.Second
 	q := newQueue(t, d, a, servicebus.EntityProperties{LockDuration: lock, MaxDeliveryCount: 10, MaxMessageBytes: servicebus.DefaultMaxMessageBytes})
 	c := newClient(t, d)
-	tp, other := openPair(t, c, q, servicebus.WithAdmin(servicebus.Options{}, a))
-	t.Cleanup(func() { _ = other.Close() })
+	tp, _ := openPair(t, c, q, servicebus.WithAdmin(servicebus.Options{}, a))
 	sub, _ := openCounting(t, c, a, q)
-	// Service Bus counts deliveries per message, whoever receives them.
-	first, second := adaptertest.NackHoldReleasedOnClose(t, adaptertest.HeldNack{Topic: tp, Sub: sub, Cap: lock},
-		func() driver.Subscription { return other })
-	if second != nil && second.Attempt != first.Attempt+1 {
-		t.Errorf("redelivery attempt %d, want %d", second.Attempt, first.Attempt+1)
-	}
+	t.Cleanup(func() { _ = sub.Close() })
+	// Whether the abandoned message is then available at once to another
+	// receiver is not checked: the Run's last receive, its context ended,
+	// leaves its credit open on the link (see Subscription.Receive), and
+	// the message the abandon returns can arrive on it and stay locked to
+	// this receiver until its lock expires. For the same reason the
+	// Consumer's Close leaves a held delivery to its lock's expiry.
+	adaptertest.NackHoldEndsWithRun(t, adaptertest.HeldNack{Topic: tp, Sub: sub, Cap: lock})
 }

@@ -37,14 +37,12 @@ type Subscription struct {
 	mu     sync.Mutex
 	props  EntityProperties
 	closed bool
-	// closing is closed by Close: every held nack abandons at once.
-	closing chan struct{}
-	// holds counts the goroutines holding a nacked delivery; Close waits
-	// for them before it closes the receiver.
-	holds sync.WaitGroup
 }
 
-var _ driver.Subscription = (*Subscription)(nil)
+var (
+	_ driver.Subscription = (*Subscription)(nil)
+	_ driver.NackHolder   = (*Subscription)(nil)
+)
 
 // DeadLetterReason is the DeadLetterReason Terminate sets; the handler's
 // error goes into DeadLetterErrorDescription.
@@ -72,7 +70,7 @@ func openSubscription(ctx context.Context, recv receiver, entity Entity, opts *O
 	if p.RequiresSession {
 		return nil, fmt.Errorf("dedupq/servicebus: %s requires sessions; this adapter receives from entities without sessions only", entity)
 	}
-	return &Subscription{recv: recv, entity: entity, opts: o, props: p, closing: make(chan struct{})}, nil
+	return &Subscription{recv: recv, entity: entity, opts: o, props: p}, nil
 }
 
 // Properties are the entity properties as last read.
@@ -104,9 +102,9 @@ func (s *Subscription) Window(ctx context.Context) (window.Window, error) {
 }
 
 // Redelivery is LockDuration as AckWait, MaxDeliveryCount, and a Backoff
-// of the longest hold Nack applies (LockDuration, see Nack) before every
-// redelivery. Service Bus itself redelivers an abandoned message at once,
-// but a nacked delivery may stay locked by this Subscription for up to
+// of the longest hold of a nack (LockDuration, see MaxNackHold) before
+// every redelivery. Service Bus itself redelivers an abandoned message at
+// once, but a nacked delivery may stay locked by the Consumer for up to
 // LockDuration before it is abandoned, so each redelivery can come that
 // much later: the backoff keeps Span a true worst case for the startup
 // check. The Consumer also takes it as the delay of a nack whose handler
@@ -229,84 +227,23 @@ func (s *Subscription) Ack(ctx context.Context, d *driver.Delivery) error {
 }
 
 // Nack abandons the message, which Service Bus makes available again at
-// once with DeliveryCount + 1. Service Bus has no per-message redelivery
-// delay on abandon, so a positive delay is honoured by holding: Nack
-// returns at once, and the Subscription keeps the message locked
-// (renewing the lock with RenewMessageLock when the hold outlasts it) and
-// abandons it when the delay has passed. The hold is capped at the
-// entity's LockDuration (at most 5 minutes on Service Bus), which covers
-// the wait dedup.Guard asks for (at most the delivery's lease). Close
-// abandons every held message at once. If a renewal or the final abandon
-// fails, the lock lapses and Service Bus redelivers the message when it
-// does, which is no sooner. Without a delay the message is abandoned
-// before Nack returns, and the error is the abandon's.
-func (s *Subscription) Nack(ctx context.Context, d *driver.Delivery, delay time.Duration) error {
+// once with DeliveryCount + 1, and returns the abandon's error. Service Bus
+// has no per-message redelivery delay on abandon: the Consumer honours a
+// delay by holding the delivery, its lock renewed (Extend), before it calls
+// Nack (driver.NackHolder); delay is ignored.
+func (s *Subscription) Nack(ctx context.Context, d *driver.Delivery, _ time.Duration) error {
 	m, err := handle(d)
 	if err != nil {
 		return err
 	}
-	s.mu.Lock()
-	lock := s.props.LockDuration
-	delay = min(delay, lock)
-	if delay <= 0 || s.closed {
-		s.mu.Unlock()
-		return s.recv.AbandonMessage(ctx, m, nil)
-	}
-	s.holds.Add(1)
-	s.mu.Unlock()
-	go func() {
-		defer s.holds.Done()
-		s.hold(m, time.Now().Add(delay), lock)
-	}()
-	return nil
+	return s.recv.AbandonMessage(ctx, m, nil)
 }
 
-// hold keeps m locked until end, or until Close, then abandons it.
-func (s *Subscription) hold(m *azservicebus.ReceivedMessage, end time.Time, lock time.Duration) {
-	margin := lock / 4
-	// The lock as the delivery or the latest renewal reported it; the
-	// Consumer stopped renewing before it nacked, so nothing else writes
-	// m.LockedUntil during the hold.
-	lockedUntil := func() time.Time {
-		if m.LockedUntil != nil {
-			return *m.LockedUntil
-		}
-		return time.Now().Add(margin) // unknown: renew soon
-	}
-	timer := time.NewTimer(0)
-	defer timer.Stop()
-	<-timer.C
-	var floor time.Time // after a renewal, none again before margin has passed
-	for {
-		next, renew := end, false
-		if renewAt := lockedUntil().Add(-margin); renewAt.Before(end) {
-			if renewAt.Before(floor) {
-				renewAt = floor
-			}
-			next, renew = renewAt, true
-		}
-		timer.Reset(time.Until(next))
-		select {
-		case <-timer.C:
-		case <-s.closing:
-			renew = false
-		}
-		if renew {
-			ctx, cancel := context.WithTimeout(context.Background(), closeTimeout(s.opts))
-			err := s.recv.RenewMessageLock(ctx, m, nil)
-			cancel()
-			if err == nil {
-				floor = time.Now().Add(margin)
-				continue
-			}
-			// The lock may be lost: abandon now rather than let it lapse
-			// unnoticed; if it is lost, the abandon fails harmlessly.
-		}
-		ctx, cancel := context.WithTimeout(context.Background(), closeTimeout(s.opts))
-		_ = s.recv.AbandonMessage(ctx, m, nil)
-		cancel()
-		return
-	}
+// MaxNackHold is the entity's LockDuration (at most 5 minutes on Service
+// Bus), which covers the wait dedup.Guard asks for (at most the delivery's
+// lease): the longest the Consumer holds a nacked delivery before Nack.
+func (s *Subscription) MaxNackHold(*driver.Delivery) time.Duration {
+	return s.Properties().LockDuration
 }
 
 // Terminate dead-letters the message with reason DeadLetterReason and the
@@ -344,9 +281,8 @@ func (s *Subscription) Extend(ctx context.Context, d *driver.Delivery, by time.D
 // IsRetryable reports whether a Receive error is transient.
 func (s *Subscription) IsRetryable(err error) bool { return isRetryable(err) }
 
-// Close abandons every message a nack is holding (they are available again
-// at once) and closes the receiver; other messages it holds locked come
-// back after their locks expire.
+// Close closes the receiver; the messages it holds locked come back after
+// their locks expire.
 func (s *Subscription) Close() error {
 	s.mu.Lock()
 	if s.closed {
@@ -354,9 +290,7 @@ func (s *Subscription) Close() error {
 		return ErrClosed
 	}
 	s.closed = true
-	close(s.closing)
 	s.mu.Unlock()
-	s.holds.Wait()
 	ctx, cancel := context.WithTimeout(context.Background(), closeTimeout(s.opts))
 	defer cancel()
 	return s.recv.Close(ctx)
