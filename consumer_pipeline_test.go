@@ -269,6 +269,18 @@ type holdingSub struct {
 
 func (s *holdingSub) MaxNackHold(*driver.Delivery) time.Duration { return s.maxHold }
 
+// newHolding returns a Consumer on a holdingSub, on a fake clock.
+func newHolding(t *testing.T, maxHold time.Duration) (*clock.Fake, *holdingSub, *Consumer) {
+	t.Helper()
+	fake := clock.NewFake(time.Unix(0, 0))
+	sub := &holdingSub{chanSub: newChanSub(), maxHold: maxHold}
+	c, err := NewConsumer(context.Background(), sub, ConsumerOptions{Clock: fake})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return fake, sub, c
+}
+
 // A nack with a delay, on a driver that cannot delay a redelivery, is held
 // by the Consumer for the delay, at most MaxNackHold, the delivery's lease
 // extended meanwhile, and the driver's Nack is then called with no delay.
@@ -286,12 +298,7 @@ func TestNackHeldWhereTheBrokerCannotDelay(t *testing.T) {
 		{"no hold where MaxNackHold is zero", 0, RetryAfter(errors.New("busy"), time.Minute), 0},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
-			fake := clock.NewFake(time.Unix(0, 0))
-			sub := &holdingSub{chanSub: newChanSub(), maxHold: tt.maxHold}
-			c, err := NewConsumer(context.Background(), sub, ConsumerOptions{Clock: fake})
-			if err != nil {
-				t.Fatal(err)
-			}
+			fake, sub, c := newHolding(t, tt.maxHold)
 			stop := runConsumer(t, c, func(context.Context, *Delivery) error { return tt.err })
 			defer stop()
 			sub.push("a", lease)
@@ -334,12 +341,7 @@ func TestHeldNacksEndWhenTheRunStops(t *testing.T) {
 		{"Close: left to the driver's Close", true, []string{"close"}},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
-			fake := clock.NewFake(time.Unix(0, 0))
-			sub := &holdingSub{chanSub: newChanSub(), maxHold: time.Hour}
-			c, err := NewConsumer(context.Background(), sub, ConsumerOptions{Clock: fake})
-			if err != nil {
-				t.Fatal(err)
-			}
+			fake, sub, c := newHolding(t, time.Hour)
 			ctx, cancel := context.WithCancel(context.Background())
 			defer cancel()
 			done := make(chan error, 1)
