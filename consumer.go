@@ -199,7 +199,11 @@ func (c *Consumer) Redelivery() window.RedeliveryPolicy { return c.redelivery }
 // logged when the outage starts, every minute while it lasts and when it
 // ends. On ctx done or Close it stops fetching, lets in-flight handlers
 // finish (the drain: see ShutdownTimeout and Close), settles them, and
-// returns nil. Only one Run may be active at a time.
+// returns nil. Where the broker cannot delay a redelivery
+// (driver.NackHolder: Pub/Sub, Service Bus), a nack's delay is honoured by
+// holding the delivery, its lease kept; the end of Run ends the holds,
+// nacking each at once, or, on Close, leaving it to the driver's Close.
+// Only one Run may be active at a time.
 func (c *Consumer) Run(ctx context.Context, h Handler) error {
 	// Handlers outlive ctx by design: the drain lets them finish.
 	hctx, cancelHandlers := context.WithCancelCause(context.WithoutCancel(ctx))
