@@ -520,12 +520,6 @@ type inflight struct {
 // retrying within SettleTimeout (on sctx, a zero Ctx it sets up), and
 // counts and logs the outcome.
 func (c *Consumer) settleDelivery(ctx context.Context, p *pipeline, w *worker, sctx *settlectx.Ctx, d *driver.Delivery, err error) {
-	detached := w.detached
-	if ctx != w.ctx {
-		detached = context.WithoutCancel(ctx)
-	}
-	sctx.InitDetached(detached, c.opts.SettleTimeout, &p.timers)
-	defer sctx.Release()
 	var what string
 	var delay time.Duration
 	switch {
@@ -548,6 +542,12 @@ func (c *Consumer) settleDelivery(ctx context.Context, p *pipeline, w *worker, s
 		}
 		delay = 0
 	}
+	detached := w.detached
+	if ctx != w.ctx {
+		detached = context.WithoutCancel(ctx)
+	}
+	sctx.InitDetached(detached, c.opts.SettleTimeout, &p.timers)
+	defer sctx.Release()
 	c.finishSettle(ctx, sctx, what, d, err, delay)
 }
 
