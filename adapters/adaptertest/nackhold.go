@@ -13,8 +13,8 @@ import (
 
 // HeldNack is a subscription whose broker cannot delay a redelivery, so
 // that the Consumer holds a nacked delivery for its delay
-// (driver.NackHolder: Pub/Sub, Service Bus), with what NackHeld and
-// NackHoldReleasedOnStop need to drive it.
+// (driver.NackHolder: Pub/Sub, Service Bus), with what NackHeld,
+// NackHoldEndsWithRun and NackHoldLeftToClose need to drive it.
 type HeldNack struct {
 	Topic driver.Topic // publishes to Sub's entity
 	Sub   driver.Subscription

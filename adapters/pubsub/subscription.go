@@ -620,10 +620,10 @@ func (s *Subscription) Extend(_ context.Context, d *driver.Delivery, by time.Dur
 }
 
 // Close stops receiving, nacks every message not yet settled — those
-// waiting for Receive and those handed out (a Consumer's held ones among
-// them) —
-// after the client's stream has closed, so that each is redelivered at once
-// to the next receiver, and closes the client if the Subscription made it.
+// waiting for Receive and those handed out, a Consumer's held ones among
+// them — after the client's stream has closed, so that each is redelivered
+// at once to the next receiver, and closes the client if the Subscription
+// made it.
 func (s *Subscription) Close() error {
 	s.mu.Lock()
 	if s.closed {
