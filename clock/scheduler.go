@@ -52,11 +52,19 @@ func NewScheduler(c Clock) *Scheduler {
 // the first d from now) until f returns false or j.Stop is called. j must
 // be new or stopped.
 func (s *Scheduler) Repeat(j *Job, d time.Duration, f func() bool) {
+	s.RepeatAfter(j, d, d, f)
+}
+
+// RepeatAfter is Repeat with the first call first from now (at once when
+// first ≤ 0) rather than d: a job that takes over another's repetition
+// (the lease of a delivery whose nack is held, renewed by a new job) keeps
+// its rhythm instead of restarting it.
+func (s *Scheduler) RepeatAfter(j *Job, first, d time.Duration, f func() bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	j.s, j.every, j.f = s, d, f
 	j.gen++
-	j.due = s.c.Now().Add(d)
+	j.due = s.c.Now().Add(max(first, 0))
 	s.push(j)
 	s.armLocked()
 }

@@ -235,3 +235,33 @@ func TestSchedulerJobReuse(t *testing.T) {
 		}
 	}
 }
+
+// RepeatAfter's first call comes after its own delay, the later ones every
+// period after the previous call, as Repeat's.
+func TestSchedulerRepeatAfter(t *testing.T) {
+	for _, tt := range []struct {
+		name  string
+		first time.Duration
+		want  []time.Duration // the first two calls, from the start
+	}{
+		{"sooner than the period", 3 * time.Second, []time.Duration{3 * time.Second, 13 * time.Second}},
+		{"later than the period", 25 * time.Second, []time.Duration{25 * time.Second, 35 * time.Second}},
+		{"overdue: at once", -time.Second, []time.Duration{0, 10 * time.Second}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			f := NewFake(time.Unix(0, 0))
+			s := NewScheduler(f)
+			calls := make(chan time.Time, 10)
+			var j Job
+			s.RepeatAfter(&j, tt.first, 10*time.Second, func() bool { calls <- f.Now(); return true })
+			defer j.Stop()
+			for i, want := range tt.want {
+				f.Advance(want - f.Now().Sub(time.Unix(0, 0)))
+				if got := <-calls; got.Sub(time.Unix(0, 0)) != want {
+					t.Fatalf("call %d at %v, want %v", i+1, got.Sub(time.Unix(0, 0)), want)
+				}
+				waitQueued(t, s, 1)
+			}
+		})
+	}
+}
