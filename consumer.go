@@ -236,7 +236,7 @@ func (c *Consumer) Run(ctx context.Context, h Handler) error {
 	})
 	defer stopWatch()
 
-	p := &pipeline{slots: make(chan struct{}, c.opts.Concurrency), stopping: ctx.Done(), h: h}
+	p := &pipeline{slots: make(chan struct{}, c.opts.Concurrency), h: h}
 	workers := c.opts.Concurrency
 	if c.opts.Dedup != nil {
 		p.settles = make(chan struct{}, settlesPerSlot*c.opts.Concurrency)
@@ -267,17 +267,21 @@ func (c *Consumer) Run(ctx context.Context, h Handler) error {
 				ctx: wctx, detached: context.WithoutCancel(wctx)}
 			w.lease.extend = w.lease.run
 			for j := range work {
-				c.handle(p, w, j.d, j.in)
+				c.handle(p, w, j)
 			}
 		}()
 	}
 	err := c.receiveLoop(rctx, p.slots, func(ds []*driver.Delivery) {
 		// What the deliveries of one receive allocate, in one block.
 		ins := make([]inflight, len(ds))
+		received := c.clock.Now()
 		for i, d := range ds {
-			work <- job{d, &ins[i]}
+			work <- job{d, &ins[i], received}
 		}
 	})
+	// A receive that failed for good ends the Run as a stop does: the
+	// drain starts and every hold ends now, not when its wait is over.
+	stop()
 	close(work)
 	// A worker returns only once its last settle has, and a hold once its
 	// nack has (the Run's end ended it): the driver is closed (finish)
@@ -434,40 +438,36 @@ type pipeline struct {
 	settles chan struct{} // a token per settle in flight off its slot; nil without Dedup
 	// fastAck sends the acks of a Run with Dedup without waiting for the
 	// broker's confirmation, where the driver can; nil otherwise.
-	fastAck  driver.UnconfirmedAcker
-	stopping <-chan struct{} // Run's context: ends the holding of unavailable deliveries
-	h        Handler
-	timers   settlectx.Timers // the settles' timers, reused
+	fastAck driver.UnconfirmedAcker
+	h       Handler
+	timers  settlectx.Timers // the settles' timers, reused
 	// holder is the driver when its broker cannot delay a redelivery:
 	// nacks with a delay are then held here (see hold); nil otherwise.
-	holder   driver.NackHolder
-	leases   *clock.Scheduler // extends the leases of running and held deliveries
-	released <-chan struct{}  // closed when the Run stops: every hold ends
-	holds    sync.WaitGroup   // the holds in progress
+	holder driver.NackHolder
+	leases *clock.Scheduler // extends the leases of running and held deliveries
+	// released is closed when the Run stops (its context done, Close, or
+	// a receive failed for good): every hold ends.
+	released <-chan struct{}
+	holds    sync.WaitGroup // the held nacks in progress
 }
 
 // handle runs p.h on one delivery, keeping its lease alive, then settles it,
 // and gives back its handler slot: as soon as the handler has returned when
 // the Run has a dedup store (p.settles), only once the settle is confirmed
-// otherwise (see ConsumerOptions.Dedup). While the handler fails with
-// ErrUnavailable, it runs it again after a backoff (receiveBackoff's),
-// holding the delivery, until p.stopping (Run's context) is done; only then
-// is such a delivery nacked.
-func (c *Consumer) handle(p *pipeline, w *worker, d *driver.Delivery, in *inflight) {
+// otherwise (see ConsumerOptions.Dedup). A handler that fails with
+// ErrUnavailable is run again on the delivery while retryUnavailable
+// allows.
+func (c *Consumer) handle(p *pipeline, w *worker, j job) {
+	d, in := j.d, j.in
 	c.stats.received.Add(1)
 	ctx, span := c.tel.startDelivery(w.ctx, w.span, d)
 	defer span.End()
 	lease := &w.lease
-	lease.start(ctx, d)
+	lease.start(ctx, d, j.received)
 	copyDelivery(&in.d, d)
 	err := safeCall(ctx, p.h, &in.d)
-	for n := 1; errors.Is(err, ErrUnavailable) && !IsPermanent(err); n++ {
-		wait := receiveBackoff(n)
-		c.log.Debug("dedupq: handler dependency unavailable; holding the delivery and trying again", "id", d.Message.ID, "err", err, "wait", wait)
-		if !clock.Sleep(c.clock, wait, p.stopping) {
-			break
-		}
-		err = safeCall(ctx, p.h, fromDriverDelivery(d))
+	if errors.Is(err, ErrUnavailable) && !IsPermanent(err) {
+		err = c.retryUnavailable(ctx, p, d, j.received, err)
 	}
 	lease.stop()
 	if err != nil {
@@ -489,10 +489,51 @@ func (c *Consumer) handle(p *pipeline, w *worker, d *driver.Delivery, in *inflig
 	<-p.settles
 }
 
-// job is a delivery for a worker, and the zero inflight it is handled in.
+// job is a delivery for a worker, the zero inflight it is handled in, and
+// when its receive returned: where its lease and its claim budget start.
 type job struct {
-	d  *driver.Delivery
-	in *inflight
+	d        *driver.Delivery
+	in       *inflight
+	received time.Time
+}
+
+// retryUnavailable runs the handler again on d, after a backoff
+// (receiveBackoff's), while it fails with ErrUnavailable, holding the
+// delivery (its lease kept alive) instead of nacking it, which would spend
+// one of the message's deliveries per failed try. It returns the last
+// try's error, for the delivery to be settled by.
+//
+// The hold is bounded by the startup check's model (package window): every
+// try, and so every claim of the key, must start before the delivery's
+// claim deadline (RedeliveryPolicy.ClaimDeadline: the broker's ack wait
+// from its receipt), as if the broker had kept the delivery for its ack
+// wait and no longer. A hold that ran on until the dependency came back
+// could claim the key after its completion record had expired, and run
+// the effect a second time. Once no try fits before the deadline, or the
+// Run stops, the error is returned and the delivery nacked as any failure:
+// the broker's next delivery gets a deadline of its own, and MaxDeliveries
+// ends the chain within the redelivery span the check covered.
+func (c *Consumer) retryUnavailable(ctx context.Context, p *pipeline, d *driver.Delivery, received time.Time, err error) error {
+	deadline := c.redelivery.ClaimDeadline(received)
+	for n := 1; errors.Is(err, ErrUnavailable) && !IsPermanent(err); n++ {
+		wait := receiveBackoff(n)
+		if !c.clock.Now().Add(wait).Before(deadline) {
+			break
+		}
+		c.log.Debug("dedupq: handler dependency unavailable; holding the delivery and trying again", "id", d.Message.ID, "err", err, "wait", wait)
+		if !clock.Sleep(c.clock, wait, p.released) {
+			return err
+		}
+		// A wake-up later than asked for must not claim late either.
+		if !c.clock.Now().Before(deadline) {
+			break
+		}
+		err = safeCall(ctx, p.h, fromDriverDelivery(d))
+	}
+	if errors.Is(err, ErrUnavailable) && !IsPermanent(err) {
+		c.log.Debug("dedupq: handler dependency still unavailable at the delivery's claim deadline; nacking it", "id", d.Message.ID, "err", err)
+	}
+	return err
 }
 
 // worker is what one of Run's workers reuses from one delivery to the
@@ -537,7 +578,7 @@ func (c *Consumer) settleDelivery(ctx context.Context, p *pipeline, w *worker, s
 	if what == "nack" && p.holder != nil {
 		hold := min(delay, p.holder.MaxNackHold(d))
 		if hold > 0 {
-			c.hold(ctx, p, d, err, hold)
+			c.hold(ctx, p, d, err, hold, w.lease.renewed)
 			return
 		}
 		delay = 0
@@ -566,8 +607,10 @@ func (c *Consumer) finishSettle(ctx context.Context, sctx context.Context, what 
 
 // hold keeps d, nacked with the handler's error cause, for the broker
 // that cannot delay its redelivery (p.holder): its lease extended on the
-// Run's scheduler, until the delay has passed or the Run stops, then nacks
-// it with no delay. It returns at once; the Run waits for its end
+// Run's scheduler, on the rhythm of the handler's extensions (the lease was
+// last renewed at renewed, so the next renewal is due half a lease after
+// that, not after the hold's start: a lock renewed late can lapse), until
+// the delay has passed or the Run stops, then nacks it with no delay. It returns at once; the Run waits for its end
 // (p.holds) before it closes the driver.
 //
 // When the Run stops because the Consumer is closing, d is left unsettled
@@ -576,13 +619,13 @@ func (c *Consumer) finishSettle(ctx context.Context, sctx context.Context, what 
 // open (Pub/Sub's client nacks what it holds only once its stream is
 // closed; a nack sent before could be handed straight back down the
 // closing stream, and the message would wait out its ack deadline).
-func (c *Consumer) hold(ctx context.Context, p *pipeline, d *driver.Delivery, cause error, delay time.Duration) {
+func (c *Consumer) hold(ctx context.Context, p *pipeline, d *driver.Delivery, cause error, delay time.Duration, renewed time.Time) {
 	p.holds.Add(1)
 	go func() {
 		defer p.holds.Done()
 		k := leaseKeeper{c: c, s: p.leases}
 		k.extend = k.run
-		k.start(ctx, d)
+		k.start(ctx, d, renewed)
 		ended := clock.Sleep(c.clock, delay, p.released)
 		k.stop()
 		if !ended && c.isClosed() {
@@ -657,14 +700,21 @@ type leaseKeeper struct {
 	extend func() bool // k.run, bound once per worker
 	ctx    context.Context
 	d      *driver.Delivery // nil when d has no lease
+	// renewed is when the lease last started: the delivery's receipt, or
+	// the start of the last extension that succeeded. It stays readable
+	// after stop, for a hold that takes the lease over.
+	renewed time.Time
 }
 
-func (k *leaseKeeper) start(ctx context.Context, d *driver.Delivery) {
+// start keeps d's lease, which was last renewed at renewed: the first
+// extension is due half a lease after that.
+func (k *leaseKeeper) start(ctx context.Context, d *driver.Delivery, renewed time.Time) {
+	k.renewed = renewed
 	if d.Lease <= 0 {
 		return
 	}
 	k.ctx, k.d = ctx, d
-	k.s.Repeat(&k.job, d.Lease/2, k.extend)
+	k.s.RepeatAfter(&k.job, renewed.Add(d.Lease/2).Sub(k.c.clock.Now()), d.Lease/2, k.extend)
 }
 
 // stop ends the extensions, waiting for one in progress.
@@ -678,6 +728,9 @@ func (k *leaseKeeper) stop() {
 
 func (k *leaseKeeper) run() bool {
 	c, d := k.c, k.d
+	// The broker restarts the lease when it takes the extension, which is
+	// after this: counting from here never overestimates it.
+	at := c.clock.Now()
 	err := c.sub.Extend(k.ctx, d, d.Lease)
 	if errors.Is(err, errors.ErrUnsupported) {
 		return false
@@ -685,7 +738,9 @@ func (k *leaseKeeper) run() bool {
 	c.countExtension(k.ctx, err)
 	if err != nil {
 		c.log.Warn("dedupq: extending a delivery's lease failed", "id", d.Message.ID, "err", err)
+		return true
 	}
+	k.renewed = at
 	return true
 }
 

@@ -26,9 +26,20 @@ var (
 	// per failed try (a broker that redelivers a nack at once would
 	// dead-letter every message in flight within seconds of an outage):
 	// it keeps the delivery leased and runs the handler on it again, with
-	// backoff, until the handler returns something else or the Consumer
-	// stops. Handlers must be safe to run again on ErrUnavailable, as on
-	// any redelivery.
+	// backoff, until the handler returns something else, the Consumer
+	// stops (its Run's context done, Close, or a receive failed for good),
+	// or the next try would start after the delivery's claim deadline: the
+	// broker's ack wait from its receipt (window.RedeliveryPolicy's
+	// ClaimDeadline). Then it nacks the delivery as any failure. The
+	// deadline keeps the startup check true: the check counts each
+	// delivery as claiming the key within its ack wait, and a try after it
+	// could claim a key whose completion had expired meanwhile, running
+	// the effect twice. An outage longer than the redelivery span (every
+	// delivery's ack wait and backoff) therefore dead-letters the
+	// messages it holds up; ride out longer outages with a longer ack
+	// wait, more deliveries or a longer backoff, which the check then
+	// asks the dedup TTL to cover. Handlers must be safe to run again on
+	// ErrUnavailable, as on any redelivery.
 	ErrUnavailable = errors.New("dedupq: a dependency of the handler is unavailable")
 )
 

@@ -78,7 +78,9 @@ var (
 	// ErrStoreUnavailable wraps store errors on the fail-closed path: the
 	// delivery is never processed without a dedup decision. It matches
 	// dedupq.ErrUnavailable, so a Consumer holds the delivery and tries
-	// again until the store answers, instead of spending its deliveries.
+	// again until the store answers, instead of spending its deliveries,
+	// for as long as the startup check allows (the delivery's ack wait;
+	// see dedupq.ErrUnavailable).
 	ErrStoreUnavailable error = storeUnavailable("dedup: store unavailable")
 	// ErrEmptyKey is the cause of the nack of a delivery whose dedup key
 	// came out empty: a message without a dedup ID on a backend that gives

@@ -25,7 +25,9 @@
 //	          its attempt's AttemptTimeout
 //	          each copy is delivered when stored, then redelivered; every
 //	          delivery claims the key before its lease ends, the last one
-//	          less than R after the copy's first delivery
+//	          less than R after the copy's first delivery (a delivery held
+//	          while the store is down retries its claim only until then:
+//	          RedeliveryPolicy.ClaimDeadline)
 //	t0        the earliest moment copy 1's completion is recorded, so the
 //	          record may expire at t0+T
 //

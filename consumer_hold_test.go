@@ -1,0 +1,198 @@
+// Tests of the Consumer's holds (a delivery held while its handler's
+// dependency is unavailable, a nack held for a broker that cannot delay a
+// redelivery) against channel-fed drivers on a fake clock: no services.
+// Each is a regression test of a defect of issue 23.
+package dedupq
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/dedupq/dedupq/clock"
+	"github.com/dedupq/dedupq/driver"
+	"github.com/dedupq/dedupq/internal/testutil"
+)
+
+// unavailableForever is a handler whose dependency never comes back; it
+// records when each try started.
+type unavailableForever struct {
+	clk   clock.Clock
+	mu    sync.Mutex
+	tries []time.Time
+}
+
+func (u *unavailableForever) handle(context.Context, *Delivery) error {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	u.tries = append(u.tries, u.clk.Now())
+	return fmt.Errorf("store: %w", ErrUnavailable)
+}
+
+func (u *unavailableForever) count() int {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	return len(u.tries)
+}
+
+// Issue 23, defect 1: a delivery held while its dependency is unavailable
+// is tried again only until its claim deadline (the broker's ack wait from
+// its receipt, 30s here), then nacked with the policy's backoff, as the
+// startup check's model assumes of every delivery. Before, it was held
+// until the dependency came back, however long, and its claim could come
+// after the first delivery's completion record had expired.
+func TestUnavailableHoldEndsAtTheClaimDeadline(t *testing.T) {
+	fake := clock.NewFake(time.Unix(0, 0))
+	sub := newChanSub() // AckWait 30s, backoff 7s
+	c, err := NewConsumer(context.Background(), sub, ConsumerOptions{Clock: fake})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := &unavailableForever{clk: fake}
+	stop := runConsumer(t, c, h.handle)
+	defer stop()
+	received := fake.Now()
+	sub.push("a", 10*time.Second)
+	testutil.WaitFor(t, func() bool { return h.count() == 1 })
+	const limit = 2 * time.Minute
+	for sub.get("a") == "" && fake.Now().Sub(received) < limit {
+		// The hold's backoff, the lease's extension and the idle receive
+		// may all wait.
+		testutil.WaitFor(t, func() bool { return sub.get("a") != "" || fake.Waiters() >= 2 })
+		fake.Advance(time.Second)
+	}
+	if got := sub.get("a"); got != "nack 7s" {
+		t.Fatalf("after %s of outage the delivery is settled %q, want %q: held past its claim deadline", fake.Now().Sub(received), got, "nack 7s")
+	}
+	deadline := c.Redelivery().ClaimDeadline(received)
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if len(h.tries) < 3 {
+		t.Errorf("%d tries, want the delivery held for several", len(h.tries))
+	}
+	for i, at := range h.tries {
+		if !at.Before(deadline) {
+			t.Errorf("try %d started %s after the receipt, at or after the claim deadline (%s)", i+1, at.Sub(received), deadline.Sub(received))
+		}
+	}
+}
+
+// Issue 23, defect 3: Close ends a hold at once, as cancelling Run's
+// context does, even when the handler keeps failing fast with
+// ErrUnavailable (an open circuit breaker) and ignores its context. Before,
+// the hold waited only on Run's context: Close did not return.
+func TestCloseEndsAnUnavailableHold(t *testing.T) {
+	fake := clock.NewFake(time.Unix(0, 0))
+	sub := newChanSub()
+	c, err := NewConsumer(context.Background(), sub, ConsumerOptions{Clock: fake})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := &unavailableForever{clk: fake}
+	runDone := make(chan error, 1)
+	go func() { runDone <- c.Run(context.Background(), h.handle) }()
+	sub.push("a", 0)
+	testutil.WaitFor(t, func() bool { return h.count() == 1 && fake.Waiters() >= 1 })
+	closed := make(chan error, 1)
+	go func() { closed <- c.Close(context.Background()) }()
+	if err := within(t, closed, "Close"); err != nil {
+		t.Fatal(err)
+	}
+	if err := within(t, runDone, "Run"); err != nil {
+		t.Fatal(err)
+	}
+	if got, want := sub.log(), []string{"a nack 7s", "close"}; !slices.Equal(got, want) {
+		t.Errorf("events = %q, want %q", got, want)
+	}
+}
+
+// fatalAfterFirst delivers what was pushed once, then fails every receive
+// for good.
+type fatalAfterFirst struct {
+	*holdingSub
+	mu       sync.Mutex
+	received bool
+}
+
+var errGone = errors.New("subscription deleted")
+
+func (s *fatalAfterFirst) Receive(ctx context.Context, max int) ([]*driver.Delivery, error) {
+	s.mu.Lock()
+	done := s.received
+	s.received = true
+	s.mu.Unlock()
+	if done {
+		return nil, errGone
+	}
+	return s.holdingSub.Receive(ctx, max)
+}
+
+// Issue 23, defect 4: a receive that fails for good ends every hold at
+// once, nacking its delivery, as the end of Run does: a nack held for an
+// hour, and a delivery held while its dependency is down. Before, Run
+// waited for each to end on its own.
+func TestFatalReceiveEndsTheHolds(t *testing.T) {
+	for _, tt := range []struct {
+		name string
+		err  error // the handler's
+	}{
+		{"a held nack", RetryAfter(errors.New("busy"), time.Hour)},
+		{"a delivery held while its dependency is down", fmt.Errorf("store: %w", ErrUnavailable)},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			fake := clock.NewFake(time.Unix(0, 0))
+			sub := &fatalAfterFirst{holdingSub: &holdingSub{chanSub: newChanSub(), maxHold: time.Hour}}
+			sub.redelivery.AckWait = 2 * time.Hour // no claim deadline ends the hold here
+			// A second slot, so that the receive after the held delivery's
+			// happens (and fails).
+			c, err := NewConsumer(context.Background(), sub, ConsumerOptions{Clock: fake, Concurrency: 2})
+			if err != nil {
+				t.Fatal(err)
+			}
+			sub.push("a", 0)
+			done := make(chan error, 1)
+			go func() { done <- c.Run(context.Background(), func(context.Context, *Delivery) error { return tt.err }) }()
+			if err := within(t, done, "Run"); !errors.Is(err, errGone) {
+				t.Fatalf("Run = %v, want the receive's error", err)
+			}
+			if got, want := sub.log(), []string{"a nack 0s"}; !slices.Equal(got, want) {
+				t.Errorf("events = %q, want %q", got, want)
+			}
+		})
+	}
+}
+
+// Issue 23, defect 6: a held nack keeps the lease on the rhythm of the
+// handler's extensions: its first renewal is due half a lease after the
+// handler's last one, not half a lease after the hold starts. A 40s lease
+// renewed at 20s expires at 60s; the handler fails at 39.99s; the hold must
+// renew at 40s, not at 59.99s, 10ms before the lock lapses.
+func TestHeldNackRenewsOnTheLeaseRhythm(t *testing.T) {
+	const lease = 40 * time.Second
+	fake, sub, c := newHolding(t, time.Hour)
+	fail := make(chan struct{})
+	stop := runConsumer(t, c, func(context.Context, *Delivery) error {
+		<-fail
+		return RetryAfter(errors.New("busy"), 5*time.Minute)
+	})
+	defer stop()
+	extends := func() int { sub.mu.Lock(); defer sub.mu.Unlock(); return sub.extends["a"] }
+	sub.push("a", lease)
+	testutil.WaitFor(t, func() bool { return fake.Waiters() >= 1 }) // the first extension's timer
+	fake.Advance(lease / 2)
+	testutil.WaitFor(t, func() bool { return extends() == 1 })
+	fake.Advance(lease/2 - 10*time.Millisecond)
+	close(fail)
+	// The hold's timer and the lease scheduler's.
+	testutil.WaitFor(t, func() bool { return fake.Waiters() >= 2 })
+	if got := sub.get("a"); got != "" {
+		t.Fatalf("settled %q at the start of the hold", got)
+	}
+	fake.Advance(10 * time.Millisecond)
+	// A renewal due later than 40s never comes: WaitFor fails.
+	testutil.WaitFor(t, func() bool { return extends() == 2 })
+}
