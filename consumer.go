@@ -98,8 +98,11 @@ type Consumer struct {
 	log        *slog.Logger
 	win        window.Window
 	redelivery window.RedeliveryPolicy
-	tel        *conTelemetry
-	stats      conStats
+	// claims is the plan the startup check accepted (no TTL without
+	// Dedup), whose ClaimDeadline bounds the holds.
+	claims window.ConsumerPlan
+	tel    *conTelemetry
+	stats  conStats
 
 	mu     sync.Mutex
 	active *activeRun // nil when Run is not running
@@ -182,6 +185,10 @@ func NewConsumer(ctx context.Context, sub driver.Subscription, opts ConsumerOpti
 		log = slog.Default()
 	}
 	c := &Consumer{sub: sub, opts: opts, clock: clock.Or(opts.Clock), log: log, win: w, redelivery: r}
+	c.claims = opts.plan(0, w, r)
+	if opts.Dedup != nil {
+		c.claims.DedupTTL = opts.Dedup.TTL()
+	}
 	c.tel = newConTelemetry(opts, w, r)
 	return c, nil
 }
@@ -505,16 +512,16 @@ type job struct {
 //
 // The hold is bounded by the startup check's model (package window): every
 // try, and so every claim of the key, must start before the delivery's
-// claim deadline (RedeliveryPolicy.ClaimDeadline: the broker's ack wait
-// from its receipt), as if the broker had kept the delivery for its ack
-// wait and no longer. A hold that ran on until the dependency came back
-// could claim the key after its completion record had expired, and run
-// the effect a second time. Once no try fits before the deadline, or the
+// claim deadline (ConsumerPlan.ClaimDeadline: the broker's ack wait from
+// its receipt, and the dedup TTL if that is shorter), as if the broker
+// had kept the delivery for its ack wait and no longer. A hold that ran on
+// until the dependency came back could claim the key after its completion
+// record had expired, and run the effect a second time. Once no try fits before the deadline, or the
 // Run stops, the error is returned and the delivery nacked as any failure:
 // the broker's next delivery gets a deadline of its own, and MaxDeliveries
 // ends the chain within the redelivery span the check covered.
 func (c *Consumer) retryUnavailable(ctx context.Context, p *pipeline, d *driver.Delivery, received time.Time, err error) error {
-	deadline := c.redelivery.ClaimDeadline(received)
+	deadline := c.claims.ClaimDeadline(received)
 	for n := 1; errors.Is(err, ErrUnavailable) && !IsPermanent(err); n++ {
 		wait := receiveBackoff(n)
 		if !c.clock.Now().Add(wait).Before(deadline) {

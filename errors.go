@@ -29,8 +29,8 @@ var (
 	// backoff, until the handler returns something else, the Consumer
 	// stops (its Run's context done, Close, or a receive failed for good),
 	// or the next try would start after the delivery's claim deadline: the
-	// broker's ack wait from its receipt (window.RedeliveryPolicy's
-	// ClaimDeadline). Then it nacks the delivery as any failure. The
+	// broker's ack wait from its receipt, or the dedup TTL if shorter
+	// (window.ConsumerPlan's ClaimDeadline). Then it nacks the delivery as any failure. The
 	// deadline keeps the startup check true: the check counts each
 	// delivery as claiming the key within its ack wait, and a try after it
 	// could claim a key whose completion had expired meanwhile, running

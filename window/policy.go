@@ -238,17 +238,6 @@ func (r RedeliveryPolicy) BackoffBefore(n int) time.Duration {
 	return max(r.Backoff[min(n-2, len(r.Backoff)-1)], 0)
 }
 
-// ClaimDeadline is the latest moment a delivery received at received may
-// still claim its message's key: the end of its ack wait, as the model in
-// the package doc says of every delivery. A consumer that keeps a delivery
-// past it (held while a dependency is down, its lease extended) must stop
-// trying to claim by then and let the broker redeliver: a claim after it
-// can come after the key's completion record expired, later than Span
-// allows for. A non-positive AckWait allows no claim after the receipt.
-func (r RedeliveryPolicy) ClaimDeadline(received time.Time) time.Time {
-	return received.Add(max(r.AckWait, 0))
-}
-
 // Span is the worst-case time from the first delivery to the end of the
 // last: every delivery held for its whole AckWait, plus every backoff. It is
 // Forever for unlimited redeliveries.

@@ -26,8 +26,8 @@
 //	          each copy is delivered when stored, then redelivered; every
 //	          delivery claims the key before its lease ends, the last one
 //	          less than R after the copy's first delivery (a delivery held
-//	          while the store is down retries its claim only until then:
-//	          RedeliveryPolicy.ClaimDeadline)
+//	          while the store is down retries its claim only until then,
+//	          and only within T of its receipt: ConsumerPlan.ClaimDeadline)
 //	t0        the earliest moment copy 1's completion is recorded, so the
 //	          record may expire at t0+T
 //
