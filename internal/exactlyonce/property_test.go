@@ -183,8 +183,10 @@ const (
 // explore checks one plan: every schedule of an accepted plan must keep
 // the effect exactly-once; a plan refused at margin zero must have a
 // schedule that duplicates it. It returns the kind and a description of
-// the first violation, or "", "".
-func explore(r *rand.Rand, p plan, tl *tally) (kind, msg string) {
+// the first violation, or "", "". newAdv draws the random adversaries
+// (randomAdversary, or a variant that plays a consumer with a known
+// defect).
+func explore(r *rand.Rand, p plan, tl *tally, newAdv func(*rand.Rand) adversary) (kind, msg string) {
 	pubErr, conErr := checks(p)
 	if pubErr == nil && conErr == nil {
 		tl.accepted++
@@ -195,7 +197,7 @@ func explore(r *rand.Rand, p plan, tl *tally) (kind, msg string) {
 		for i := range randomPerPlan + 1 {
 			adv, name := adversary{}, "worst case"
 			if i > 0 {
-				adv, name = randomAdversary(rand.New(rand.NewPCG(r.Uint64(), r.Uint64()))), "random schedule "+strconv.Itoa(i)
+				adv, name = newAdv(rand.New(rand.NewPCG(r.Uint64(), r.Uint64()))), "random schedule "+strconv.Itoa(i)
 			}
 			out := run(p, adv)
 			tl.schedules++
@@ -296,7 +298,7 @@ func TestStartupCheckIsATheorem(t *testing.T) {
 	// each kind and how many there are.
 	first, count := map[string]string{}, map[string]int{}
 	for plans := 0; tl.schedules < target; plans++ {
-		if kind, msg := explore(r, genPlan(r), &tl); kind != "" {
+		if kind, msg := explore(r, genPlan(r), &tl, randomAdversary); kind != "" {
 			if count[kind]++; count[kind] == 1 {
 				first[kind] = fmt.Sprintf("seed %d, plan %d: %s", seed, plans, msg)
 			}
@@ -314,6 +316,31 @@ func TestStartupCheckIsATheorem(t *testing.T) {
 	}
 }
 
+// The exploration must catch the kind of hole issue 23 found (defect 1):
+// a consumer that holds a delivery while its store is down past the
+// delivery's claim deadline, as dedupq's did before, claims the key after
+// its completion expired. From random schedules alone, with the same plans
+// and adversaries as TestStartupCheckIsATheorem, it must find a plan both
+// checks accept whose effect runs twice.
+func TestExplorationFindsAnUnboundedHold(t *testing.T) {
+	limit := envInt(t, "DEDUPQ_PROPERTY_SCHEDULES", 20_000)
+	seed := uint64(envInt(t, "DEDUPQ_PROPERTY_SEED", 9))
+	r := rand.New(rand.NewPCG(seed, 0x9e3779b97f4a7c15))
+	unbounded := func(r *rand.Rand) adversary {
+		a := randomAdversary(r)
+		a.unboundedHold = true
+		return a
+	}
+	var tl tally
+	for plans := 0; tl.schedules < limit; plans++ {
+		if kind, msg := explore(r, genPlan(r), &tl, unbounded); kind == unsafe {
+			t.Logf("found after %d schedules (seed %d, plan %d): %s", tl.schedules, seed, plans, msg)
+			return
+		}
+	}
+	t.Fatalf("%d schedules of a consumer that holds past the claim deadline, and no duplicate found: the adversaries no longer reach that hole", tl.schedules)
+}
+
 func FuzzStartupCheck(f *testing.F) {
 	for _, seed := range []uint64{1, 2, 3, 9, 42, 1 << 40, 0xdeadbeef} {
 		f.Add(seed)
@@ -322,7 +349,7 @@ func FuzzStartupCheck(f *testing.F) {
 		r := rand.New(rand.NewPCG(seed, 0x9e3779b97f4a7c15))
 		var tl tally
 		for range 4 {
-			if _, msg := explore(r, genPlan(r), &tl); msg != "" {
+			if _, msg := explore(r, genPlan(r), &tl, randomAdversary); msg != "" {
 				t.Fatal(msg)
 			}
 		}

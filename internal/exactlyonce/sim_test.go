@@ -16,6 +16,15 @@
 //   - the Consumer's settle rules (nil acks, Permanent terminates, an
 //     error nacks after RetryAfter's delay or the policy's backoff) and its
 //     lease extension, and the Guard's claim extension (see keepAlive);
+//   - the Consumer's holds: a delivery whose handler fails with
+//     ErrUnavailable is run again after a backoff while the next try
+//     starts before its claim deadline (ConsumerPlan.ClaimDeadline, the
+//     rule consumer.go's retryUnavailable follows), and until the
+//     consumer closes; a nack's delay is held, the lease extended, on
+//     brokers that cannot delay a redelivery (driver.NackHolder), and a
+//     held nack is left to lapse when the consumer closes;
+//   - outages of the store (and of the database the effect is written
+//     to): every claim, completion and commit inside one fails;
 //   - the transactional store (pgstore.Do): effect and completion commit
 //     together or not at all, and the row lock holds the key while the
 //     transaction is open.
@@ -134,12 +143,17 @@ const (
 type proc struct {
 	d         *driver.Delivery
 	delay     time.Duration // from delivery to handler start (claim), < AckWait
-	failClaim bool          // the store is unreachable for the claim
+	failClaim bool          // the store is unreachable for the next claim
 	kind      kind
 	pre, post time.Duration // handler time before and after its effect
 	healthy   bool          // leases are extended while the handler runs
 	ackLost   bool
 	commitOK  bool // modeTx completionLost: the commit landed, its answer was lost
+	received  time.Time
+	tries     int // runs of the handler on this delivery
+
+	holding bool // held after ErrUnavailable, or its nack held: the lease is kept
+	kept    bool // a keepAlive renewal is scheduled
 
 	dead, failComplete, running bool
 	waiting                     bool // modeTx: blocked on another transaction's row lock
@@ -166,16 +180,40 @@ type sim struct {
 	seq    uint64
 	events int
 	guards []*dedup.Guard
+	// outages are the spans in which the store (and the database the
+	// effect is written to) cannot be reached.
+	outages []outage
+	// closeAt is when the consumer closes, ending every hold; zero: never.
+	closeAt time.Time
+	// claims is the plan the consumer's check accepted, as NewConsumer
+	// keeps it for its holds.
+	claims window.ConsumerPlan
 	// recordUntil is when the latest completion record expires; the worst
 	// adversary times its claims by it.
 	recordUntil time.Time
 	out         outcome
 }
 
+// outage is a span [from, until) in which the store cannot be reached.
+type outage struct{ from, until time.Time }
+
+// storeDown reports whether the store is unreachable now.
+func (s *sim) storeDown() bool {
+	now := s.clk.Now()
+	for _, o := range s.outages {
+		if !now.Before(o.from) && now.Before(o.until) {
+			return true
+		}
+	}
+	return false
+}
+
 // run plays one schedule of plan p against adversary adv.
 func run(p plan, adv adversary) outcome {
 	start := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
 	s := &sim{p: p, adv: adv, clk: clock.NewFake(start), t0: start, aw: p.redelivery.AckWait}
+	s.outages, s.closeAt = adv.faults(s)
+	s.claims = window.ConsumerPlan{Redelivery: p.redelivery, DedupTTL: p.ttl, Margin: p.margin}
 	s.b = mem.NewBroker(mem.Options{
 		Clock: s.clk, DedupWindow: p.window, AckWait: p.redelivery.AckWait,
 		MaxDeliveries: p.redelivery.MaxDeliveries, Backoff: p.redelivery.Backoff,
@@ -267,7 +305,7 @@ func (s *sim) poll() {
 			return
 		}
 		for _, d := range ds {
-			p := &proc{d: d}
+			p := &proc{d: d, received: s.clk.Now()}
 			s.adv.delivery(s, p)
 			now := s.clk.Now()
 			s.at(now.Add(s.aw), nil) // the lease ends: maybe a redelivery
@@ -288,6 +326,7 @@ func (s *sim) send() {
 // handle runs one delivery's handler under the plan's dedup and settles it
 // as dedupq.Consumer does.
 func (s *sim) handle(p *proc) {
+	p.tries++
 	d := &dedupq.Delivery{
 		Message: dedupq.Message{ID: p.d.Message.ID, Body: p.d.Message.Body},
 		Attempt: p.d.Attempt, BackendID: p.d.BackendID, Lease: p.d.Lease,
@@ -317,6 +356,60 @@ func (s *sim) handle(p *proc) {
 	if p.dead {
 		return
 	}
+	if errors.Is(err, dedupq.ErrUnavailable) && !dedupq.IsPermanent(err) && s.holdUnavailable(p) {
+		return
+	}
+	s.settle(p, err)
+}
+
+// holdWait is the Consumer's backoff before the n-th try again of a
+// delivery held after ErrUnavailable: receiveBackoff's upper end, the
+// latest its jittered draw can be.
+func holdWait(n int) time.Duration {
+	return min(100*time.Millisecond<<min(n-1, 16), 5*time.Second)
+}
+
+// holdUnavailable holds p, whose handler failed with ErrUnavailable, as
+// the Consumer does (retryUnavailable): it runs the handler again after a
+// backoff if that try starts before p's claim deadline and before the
+// consumer closes; it reports false when p must be settled (nacked) now.
+// A consumer that closes during the wait nacks p then.
+func (s *sim) holdUnavailable(p *proc) bool {
+	now := s.clk.Now()
+	if !s.closeAt.IsZero() && !now.Before(s.closeAt) {
+		return false
+	}
+	next := now.Add(holdWait(p.tries))
+	if !next.Before(s.claims.ClaimDeadline(p.received)) && !s.adv.unboundedHold {
+		return false
+	}
+	p.holding = true
+	if p.healthy {
+		s.keepAlive(p)
+	}
+	if !s.closeAt.IsZero() && !next.Before(s.closeAt) {
+		s.at(s.closeAt, func() {
+			p.holding = false
+			if !p.dead {
+				s.settle(p, fmt.Errorf("closed while held: %w", dedupq.ErrUnavailable))
+			}
+		})
+		return true
+	}
+	s.at(next, func() {
+		p.holding = false
+		if !p.dead {
+			s.handle(p)
+		}
+	})
+	return true
+}
+
+// settle acks, terminates or nacks p by its handler's result, as the
+// Consumer does; a nack's delay is held instead where the adversary plays
+// a broker that cannot delay a redelivery.
+func (s *sim) settle(p *proc, err error) {
+	now := s.clk.Now()
 	switch {
 	case err == nil:
 		s.out.nilReturned = true
@@ -331,9 +424,40 @@ func (s *sim) handle(p *proc) {
 		if errors.As(err, &ra) {
 			delay = ra.Delay
 		}
+		if s.adv.holdNacks && delay > 0 {
+			s.holdNack(p, delay)
+			return
+		}
 		_ = s.sub.Nack(bg, p.d, delay)
 		s.at(now.Add(delay), nil)
 	}
+}
+
+// holdNack is the Consumer's held nack: p's lease kept for delay, then a
+// nack with none; a consumer that closes first leaves p unsettled, its
+// lease to lapse.
+func (s *sim) holdNack(p *proc, delay time.Duration) {
+	now := s.clk.Now()
+	p.holding = true
+	if p.healthy {
+		s.keepAlive(p)
+	}
+	if !s.closeAt.IsZero() && s.closeAt.After(now) && s.closeAt.Before(now.Add(delay)) {
+		s.at(s.closeAt, func() {
+			p.holding = false
+			s.at(s.clk.Now().Add(s.aw), nil) // the lease lapses by then
+		})
+		return
+	}
+	s.at(now.Add(delay), func() {
+		p.holding = false
+		if !p.dead {
+			// Redelivered at once, as by a broker that cannot delay it
+			// (mem's Nack(0) would wait its own backoff again).
+			_ = s.sub.Nack(bg, p.d, time.Nanosecond) // ErrLeaseExpired: redelivered anyway
+			s.at(s.clk.Now().Add(time.Nanosecond), nil)
+		}
+	})
 }
 
 // handler is the application's handler: time passes, then the effect.
@@ -345,6 +469,10 @@ func (s *sim) handler(p *proc) dedupq.Handler {
 			s.keepAlive(p)
 		}
 		s.runFor(p.pre)
+		if s.adv.effectInOutage && s.storeDown() {
+			// The effect's database is down with the store.
+			return fmt.Errorf("writing the effect: %w", dedupq.ErrUnavailable)
+		}
 		switch p.kind {
 		case failBefore:
 			return errHandler
@@ -371,11 +499,16 @@ func (s *sim) handler(p *proc) dedupq.Handler {
 // lease while the handler runs. (guardClock keeps the Guard's own
 // goroutine idle, so that nothing races the event loop.)
 func (s *sim) keepAlive(p *proc) {
+	if p.kept {
+		return // one chain of renewals per delivery is enough
+	}
+	p.kept = true
 	s.at(s.clk.Now().Add(s.aw/3), func() {
-		if !(p.running || p.waiting) || p.dead {
+		p.kept = false
+		if !(p.running || p.waiting || p.holding) || p.dead {
 			return
 		}
-		if p.token != "" {
+		if p.token != "" && !s.storeDown() {
 			_ = s.store.Extend(bg, msgID, p.token, s.aw)
 		}
 		_ = s.sub.Extend(bg, p.d, s.aw)
@@ -391,7 +524,8 @@ type procStore struct {
 }
 
 func (ps *procStore) Claim(ctx context.Context, key, fp string, lease time.Duration) (dedup.Claim, error) {
-	if ps.p.dead || ps.p.failClaim {
+	if ps.p.dead || ps.p.failClaim || ps.s.storeDown() {
+		ps.p.failClaim = false
 		return dedup.Claim{}, errStoreDown
 	}
 	c, err := ps.s.store.Claim(ctx, key, fp, lease)
@@ -402,14 +536,14 @@ func (ps *procStore) Claim(ctx context.Context, key, fp string, lease time.Durat
 }
 
 func (ps *procStore) Extend(ctx context.Context, key, token string, lease time.Duration) error {
-	if ps.p.dead {
+	if ps.p.dead || ps.s.storeDown() {
 		return errStoreDown
 	}
 	return ps.s.store.Extend(ctx, key, token, lease)
 }
 
 func (ps *procStore) Complete(ctx context.Context, key, token string, ttl time.Duration, result []byte) error {
-	if ps.p.dead || ps.p.failComplete {
+	if ps.p.dead || ps.p.failComplete || ps.s.storeDown() {
 		return errStoreDown
 	}
 	err := ps.s.store.Complete(ctx, key, token, ttl, result)
@@ -420,7 +554,7 @@ func (ps *procStore) Complete(ctx context.Context, key, token string, ttl time.D
 }
 
 func (ps *procStore) Release(ctx context.Context, key, token string) error {
-	if ps.p.dead {
+	if ps.p.dead || ps.s.storeDown() {
 		return errStoreDown
 	}
 	return ps.s.store.Release(ctx, key, token)
@@ -474,7 +608,8 @@ func (t firedTimer) Stop() bool          { return false }
 // TestDoTTLRunsFromCommit); counted from the transaction's start instead,
 // accepted plans ran effects twice here.
 func (s *sim) txHandle(p *proc, d *dedupq.Delivery) error {
-	if p.failClaim {
+	if p.failClaim || s.storeDown() {
+		p.failClaim = false
 		return fmt.Errorf("do: %w", dedup.ErrStoreUnavailable)
 	}
 	now := s.clk.Now()
@@ -503,7 +638,7 @@ func (s *sim) txHandle(p *proc, d *dedupq.Delivery) error {
 	if err := s.handler(p)(bg, d); err != nil {
 		return err // rolled back: no effect
 	}
-	if p.kind == completionLost && !p.commitOK {
+	if p.kind == completionLost && !p.commitOK || s.storeDown() {
 		return fmt.Errorf("do: commit: %w", dedup.ErrStoreUnavailable)
 	}
 	s.out.effects++
@@ -526,12 +661,25 @@ type adversary struct {
 	r          *rand.Rand
 	worstSends bool
 	greed      float64
+	// outages: the store goes down for random spans (see faults), and
+	// effectInOutage takes the effect's database down with it.
+	outages, effectInOutage bool
+	// holdNacks plays a broker that cannot delay a redelivery: the
+	// consumer holds each nack's delay (driver.NackHolder).
+	holdNacks bool
+	// closes: the consumer closes at a random moment, ending its holds.
+	closes bool
+	// unboundedHold holds a delivery after ErrUnavailable past its claim
+	// deadline, for as long as the store is down: the Consumer before
+	// issue 23, which the exploration must catch.
+	unboundedHold bool
 }
 
 // randomAdversary draws an adversary somewhere between blind chance and
 // the worst case.
 func randomAdversary(r *rand.Rand) adversary {
-	a := adversary{r: r, worstSends: r.IntN(3) == 0}
+	a := adversary{r: r, worstSends: r.IntN(3) == 0,
+		outages: r.IntN(2) == 0, effectInOutage: r.IntN(2) == 0, holdNacks: r.IntN(3) == 0, closes: r.IntN(4) == 0}
 	switch r.IntN(4) {
 	case 0:
 	case 1:
@@ -542,6 +690,33 @@ func randomAdversary(r *rand.Rand) adversary {
 		a.greed = r.Float64()
 	}
 	return a
+}
+
+// faults draws the store's outages and the moment the consumer closes:
+// outages start anywhere in the message's life or just before a
+// redelivery, and last from a moment to past the TTL, so that a hold can
+// outlive a completion record.
+func (a adversary) faults(s *sim) (outs []outage, closeAt time.Time) {
+	if a.r == nil {
+		return nil, time.Time{}
+	}
+	r, aw := a.r, s.aw
+	horizon := addSat(copySpan(s.p.retry), s.p.redelivery.Span())
+	if horizon >= window.Forever/4 {
+		horizon = 10 * aw
+	}
+	if a.outages {
+		for range 1 + r.IntN(2) {
+			from := pick(r, ms(r, 0, horizon), time.Duration(r.IntN(4))*aw-ms(r, 0, aw/10))
+			long := pick(r, ms(r, time.Millisecond, aw), ms(r, aw, 4*aw),
+				s.p.ttl+ms(r, 0, aw), ms(r, s.p.ttl, 2*s.p.ttl+aw))
+			outs = append(outs, outage{s.t0.Add(max(from, 0)), s.t0.Add(max(from, 0) + long)})
+		}
+	}
+	if a.closes {
+		closeAt = s.t0.Add(ms(r, 0, horizon))
+	}
+	return outs, closeAt
 }
 
 // longAttempt stands for an attempt without AttemptTimeout.
