@@ -73,6 +73,7 @@ type Publisher struct {
 	// cost two allocations each time.
 	attemptOpts []metric.AddOption
 	stats       pubStats
+	batcher     publishBatcher // the first attempts of concurrent Publish calls
 }
 
 // NewPublisher wraps a driver topic. It reads the backend's window and fails
@@ -104,6 +105,7 @@ func NewPublisher(ctx context.Context, topic driver.Topic, opts PublisherOptions
 		return p.Window().Duration, span
 	})
 	p.attemptOpts = []metric.AddOption{metric.WithAttributeSet(p.tel.base)}
+	p.batcher.p = p
 	return p, nil
 }
 
@@ -153,19 +155,39 @@ func (opts PublisherOptions) plan(retry window.RetryPolicy, topic driver.Topic, 
 
 // Publish sends one message and returns its result. The error is nil, a
 // *ValidationError (nothing sent) or a *PublishError (see MaybeSent).
+//
+// Concurrent Publish calls are sent together: while a few batches are on
+// their way to the broker, the calls that come meanwhile queue, and the
+// next batch takes them all (up to the backend's largest batch), so that
+// Publish from many goroutines costs about what PublishBatch does. A call
+// that finds the broker idle is sent at once. Each call keeps its own
+// Result, error and context: only the first attempt is shared; retries are
+// the call's own, as in PublishBatch. A ctx that ends while the message
+// waits for its first attempt returns a *PublishError with Attempts 0 (not
+// sent); one that ends during the attempt returns at once with MaybeSent.
 func (p *Publisher) Publish(ctx context.Context, m *Message) (Result, error) {
-	res, err := p.PublishBatch(ctx, []*Message{m})
+	if err := p.enter(); err != nil {
+		return Result{}, err
+	}
+	defer p.exit()
+	var results []Result
+	ctx, span := p.tel.startPublish(ctx, 1)
+	defer func() { p.tel.endPublish(ctx, span, results); p.stats.count(results) }()
+	out, results, err := p.prepare(ctx, []*Message{m})
 	if err != nil {
-		var be *BatchError
-		if errors.As(err, &be) && len(be.Failed) == 1 {
-			err = be.Failed[0]
-		}
-		if len(res) == 1 {
-			return res[0], err
+		if len(results) == 1 {
+			return results[0], results[0].Err
 		}
 		return Result{}, err
 	}
-	return res[0], nil
+	sent, err, attempted := p.batcher.first(ctx, out[0])
+	if !attempted {
+		p.notSent(ctx, 0, out, results)
+	} else {
+		p.countFirstAttempt(ctx, results)
+		p.settle(ctx, 0, out, results, sent, err)
+	}
+	return results[0], results[0].Err
 }
 
 // PublishBatch sends msgs, in backend-sized chunks, and returns one Result
@@ -512,6 +534,16 @@ func (p *Publisher) enter() error {
 	}
 	p.inflight++
 	return nil
+}
+
+// enterBatch counts a batch of concurrent Publish calls as a publish in
+// progress, for Close to wait for: a caller that started it may have
+// returned, its ctx done, while the attempt goes on for the others. It is
+// called by a caller in progress, so Close cannot have found none.
+func (p *Publisher) enterBatch() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.inflight++
 }
 
 func (p *Publisher) exit() {

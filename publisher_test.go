@@ -39,6 +39,10 @@ type scriptTopic struct {
 	// short drops this many results from the end of every answer, as a
 	// faulty driver would.
 	short int
+	// failFirst fails the first send of each of its IDs with its error,
+	// whatever the call it comes in.
+	failFirst map[string]error
+	sentOnce  map[string]bool
 }
 
 func newScriptTopic(script ...map[string]error) *scriptTopic {
@@ -69,6 +73,14 @@ func (s *scriptTopic) SendBatch(ctx context.Context, msgs []*driver.Message) ([]
 		ids = append(ids, m.ID)
 		if call < len(s.script) && s.script[call][m.ID] != nil {
 			res[i].Err = s.script[call][m.ID]
+			continue
+		}
+		if err := s.failFirst[m.ID]; err != nil && !s.sentOnce[m.ID] {
+			if s.sentOnce == nil {
+				s.sentOnce = map[string]bool{}
+			}
+			s.sentOnce[m.ID] = true
+			res[i].Err = err
 			continue
 		}
 		s.stored[m.ID]++

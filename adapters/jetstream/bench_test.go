@@ -130,6 +130,41 @@ func BenchmarkPublish(b *testing.B) {
 		}
 		reportRate(b, start)
 	})
+	// Publish as users write it: one message a call, from 64 goroutines
+	// at once. The Publisher sends concurrent calls together.
+	b.Run("dedupq-concurrent-publish", func(b *testing.B) {
+		nc := connect(b, srv)
+		cfg := benchStream(b, nc)
+		top, err := OpenTopic(context.Background(), nc, cfg)
+		if err != nil {
+			b.Fatal(err)
+		}
+		pub, err := dedupq.NewPublisher(context.Background(), top, dedupq.PublisherOptions{})
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer pub.Close(context.Background())
+		warmUp(b, nc, cfg)
+		var next, failed atomic.Int64
+		b.SetBytes(int64(len(payload)))
+		b.ResetTimer()
+		start := time.Now()
+		var wg sync.WaitGroup
+		for range consumeConcurrency {
+			wg.Go(func() {
+				for i := next.Add(1) - 1; i < int64(b.N); i = next.Add(1) - 1 {
+					if _, err := pub.Publish(context.Background(), &dedupq.Message{ID: strconv.FormatInt(i, 10), Body: payload}); err != nil {
+						failed.Add(1)
+					}
+				}
+			})
+		}
+		wg.Wait()
+		reportRate(b, start)
+		if n := failed.Load(); n > 0 {
+			b.Fatalf("%d publishes failed", n)
+		}
+	})
 }
 
 // warmUp publishes to cfg's stream before the clock starts, so that
