@@ -19,7 +19,8 @@
 // reported with what to do. It is never silently sent as a duplicate.
 //
 // The relay's worst-case span from a row's first send to its last resend is
-// Relay.Span: give it to the consumers as ConsumerOptions.PublisherSpan.
+// Relay.Span, and no attempt of any pass, chunk or retry ends later: give
+// it to the consumers as ConsumerOptions.PublisherSpan.
 // NewRelay refuses a relay whose span the protection cannot cover, as
 // dedupq.NewPublisher refuses an unsafe retry policy.
 //

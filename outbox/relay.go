@@ -192,8 +192,14 @@ func NewRelay(pool *pgxpool.Pool, pub *dedupq.Publisher, opts Options) (*Relay, 
 }
 
 // Span is the relay's worst-case span from a row's first send attempt to
-// the last attempt of its last resend: declare it on the consumers as
-// ConsumerOptions.PublisherSpan.
+// the end of the last attempt of its last resend: declare it on the
+// consumers as ConsumerOptions.PublisherSpan.
+//
+// It holds for every attempt, in every pass and every chunk: a claimed
+// batch is published in chunks one after another, so a pass stops sending
+// at the first moment one of its resent rows reaches Span after the claim
+// that first may have sent it (or its lease ends), and leaves the rows it
+// did not reach for a later pass, which checks their age again.
 func (r *Relay) Span() time.Duration { return r.retrySpan + r.resendFor }
 
 // Stats returns what the relay did so far.
@@ -215,6 +221,7 @@ type row struct {
 	msg      dedupq.Message
 	first    time.Time
 	attempts int
+	until    time.Time // the end of the claim's lease, the same for all its rows
 }
 
 func (r *Relay) step(s string) {
@@ -223,10 +230,17 @@ func (r *Relay) step(s string) {
 	}
 }
 
+// ErrSendDeadline is the cause of a pass's publish cut short because a
+// resent row of its batch reached the end of the relay's Span, or its
+// lease ended: the rows not yet sent are released, and a later pass
+// claims them again and checks their age. RunOnce's error then matches
+// it.
+var ErrSendDeadline = errors.New("outbox: a row of the batch reached the end of the relay's span, or its lease ended")
+
 // RunOnce claims one batch of rows, publishes them and marks them sent,
 // and returns how many rows it published or tried to (not those it
-// parked). The publish is bounded by the lease, not by ctx, once it has
-// begun, so that a shutdown does not leave a row published
+// parked). The publish is bounded by the lease and by Span, not by ctx,
+// once it has begun, so that a shutdown does not leave a row published
 // and unmarked. A row the publisher refuses is parked alone (see
 // ParkedError.Refused) and the others are sent.
 func (r *Relay) RunOnce(ctx context.Context) (int, error) {
@@ -242,7 +256,7 @@ func (r *Relay) RunOnce(ctx context.Context) (int, error) {
 	}
 	pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.lease)
 	defer cancel()
-	out, perr := r.publish(pctx, rows)
+	out, perr := r.publish(pctx, rows, r.deadline(rows))
 	r.step("published")
 	var sent, unsent, released []int64
 	var refused []*ParkedError
@@ -304,9 +318,34 @@ type outcome struct {
 	unsent          bool  // never handed to the broker in this pass
 }
 
-// publish sends rows and says what became of each. A refusal sends nothing of the batch (dedupq.ErrNotSent for the
+// deadline is when the sends of a claimed batch must end: its lease's end,
+// or the earliest end of a resent row's Span. A row claimed for the first
+// time needs no such bound: its first chunk is its first send, and the
+// publisher keeps the chunk's retries within the retry span. A row's first
+// attempt went to the database truncated to microseconds, so the deadline
+// errs early, never late.
+func (r *Relay) deadline(rows []row) time.Time {
+	d := rows[0].until
+	for _, x := range rows {
+		if end := x.first.Add(r.Span()); x.attempts > 1 && end.Before(d) {
+			d = end
+		}
+	}
+	return d
+}
+
+// publish sends rows, no attempt after deadline, and says what became of
+// each. A refusal sends nothing of the batch (dedupq.ErrNotSent for the
 // others): the refused rows are taken out and the rest sent again at once.
-func (r *Relay) publish(ctx context.Context, rows []row) ([]outcome, error) {
+func (r *Relay) publish(ctx context.Context, rows []row, deadline time.Time) ([]outcome, error) {
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	if d := deadline.Sub(r.clock.Now()); d > 0 {
+		t := r.clock.AfterFunc(d, func() { cancel(ErrSendDeadline) })
+		defer t.Stop()
+	} else {
+		cancel(ErrSendDeadline)
+	}
 	out := make([]outcome, len(rows))
 	todo := make([]int, len(rows))
 	for i := range todo {
@@ -342,6 +381,9 @@ func (r *Relay) publish(ctx context.Context, rows []row) ([]outcome, error) {
 			for _, i := range again {
 				out[i].unsent = true
 			}
+			if cause := context.Cause(ctx); err != nil && errors.Is(cause, ErrSendDeadline) {
+				err = errors.Join(err, cause)
+			}
 			return out, err
 		}
 		todo = again
@@ -370,7 +412,7 @@ func (r *Relay) claim(ctx context.Context) ([]row, error) {
 	FOR UPDATE OF o SKIP LOCKED)
 UPDATE %[1]s o SET claimed_until = $2, first_attempt_at = COALESCE(o.first_attempt_at, $1), attempts = o.attempts + 1
 FROM c WHERE o.id = c.id
-RETURNING o.id, o.msg_id, o.group_key, o.body, o.attributes::text, o.first_attempt_at, o.attempts`, r.table)
+RETURNING o.id, o.msg_id, o.group_key, o.body, o.attributes::text, o.first_attempt_at, o.attempts, o.claimed_until`, r.table)
 	rs, err := tx.Query(ctx, q, now, now.Add(r.lease), r.opts.BatchSize)
 	if err != nil {
 		return nil, fmt.Errorf("outbox: claim: %w", err)
@@ -379,7 +421,7 @@ RETURNING o.id, o.msg_id, o.group_key, o.body, o.attributes::text, o.first_attem
 	for rs.Next() {
 		var x row
 		var attrs *string
-		if err := rs.Scan(&x.id, &x.msg.ID, &x.msg.GroupKey, &x.msg.Body, &attrs, &x.first, &x.attempts); err != nil {
+		if err := rs.Scan(&x.id, &x.msg.ID, &x.msg.GroupKey, &x.msg.Body, &attrs, &x.first, &x.attempts, &x.until); err != nil {
 			rs.Close()
 			return nil, fmt.Errorf("outbox: claim: %w", err)
 		}
