@@ -19,7 +19,8 @@
 // reported with what to do. It is never silently sent as a duplicate.
 //
 // The relay's worst-case span from a row's first send to its last resend is
-// Relay.Span: give it to the consumers as ConsumerOptions.PublisherSpan.
+// Relay.Span, and no attempt of any pass, chunk or retry ends later: give
+// it to the consumers as ConsumerOptions.PublisherSpan.
 // NewRelay refuses a relay whose span the protection cannot cover, as
 // dedupq.NewPublisher refuses an unsafe retry policy.
 //
@@ -130,7 +131,9 @@ var ErrInvalid = errors.New("outbox: invalid message, nothing enqueued")
 // non-empty dedup ID is required: it is what makes a relay's resend
 // harmless); if any is invalid nothing is written and the error wraps
 // ErrInvalid and the *dedupq.BatchError. Relay.Enqueue also checks the
-// backend's limits, and uses the relay's table.
+// backend's limits, and uses the relay's table. A row written here that
+// the relay's backend refuses is parked by the relay, alone and never
+// sent (ParkedError.Refused); the other rows are sent.
 func Enqueue(ctx context.Context, tx pgx.Tx, msgs ...*dedupq.Message) error {
 	if err := dedupq.Validate(msgs...); err != nil {
 		return errors.Join(ErrInvalid, err)

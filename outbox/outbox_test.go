@@ -416,6 +416,29 @@ func TestNewRelayRefusesUncoveredSpan(t *testing.T) {
 	}
 }
 
+// A relay whose Span is zero (one attempt without AttemptTimeout, never
+// resend) still sends fresh rows: the span bounds a row's resends, and a
+// fresh row's first chunk is its first send, whenever it comes.
+func TestZeroSpanRelaySendsFreshRows(t *testing.T) {
+	pool := newPool(t)
+	table := newTable(t, pool)
+	broker := mem.NewBroker(mem.Options{DedupWindow: 2 * time.Minute})
+	pub, err := dedupq.NewPublisher(context.Background(), broker.Topic("q"), dedupq.PublisherOptions{Retry: &window.RetryPolicy{MaxAttempts: 1}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { pub.Close(context.Background()) })
+	r := newRelay(t, pool, pub, outbox.Options{Table: table, ResendFor: -1})
+	if r.Span() != 0 {
+		t.Fatalf("Span %s, want 0", r.Span())
+	}
+	enqueue(t, pool, r, &dedupq.Message{ID: "a"}, &dedupq.Message{ID: "b"})
+	drain(t, r)
+	if s := broker.Stats("q"); s.Published != 2 {
+		t.Fatalf("stored %d, want 2", s.Published)
+	}
+}
+
 // Run wakes on the NOTIFY of a commit and stops cleanly with its context.
 func TestRunWakesOnNotify(t *testing.T) {
 	pool := newPool(t)

@@ -71,8 +71,9 @@ type Relay struct {
 	hook func(step string)
 }
 
-// ParkedError reports a row the relay would not resend because its resend
-// could land outside the protection, and what to do about it.
+// ParkedError reports a row the relay parked, and what to do about it:
+// one whose resend could land outside the protection, or, when Refused is
+// set, one the publisher refuses to send at all.
 type ParkedError struct {
 	// RowID is the row's id in the outbox table.
 	RowID int64
@@ -84,9 +85,24 @@ type ParkedError struct {
 	ResendFor time.Duration
 	// Table is the outbox table (quoted).
 	Table string
+	// Refused, when not nil, is why the publisher refused the row (a
+	// *dedupq.ValidationError: the backend's limits, which the
+	// package-level Enqueue does not know). Such a row was never handed
+	// to the broker, whatever its age; the others of its batch were sent.
+	Refused error
 }
 
+// Unwrap returns Refused, so that errors.Is(err, dedupq.ErrInvalidMessage)
+// and errors.As to a *dedupq.ValidationError see a refusal.
+func (e *ParkedError) Unwrap() error { return e.Refused }
+
 func (e *ParkedError) Error() string {
+	if e.Refused != nil {
+		return fmt.Sprintf("outbox: row %d (message %q) parked: the publisher refuses it, so it was never sent: %v. "+
+			"Fix the row and release it (UPDATE %s SET parked_at = NULL, park_reason = NULL WHERE id = %d), or delete it; "+
+			"until then it holds back the later rows of its group. Relay.Enqueue checks the backend's limits before a row "+
+			"is written; the package-level Enqueue cannot.", e.RowID, e.MessageID, e.Refused, e.Table, e.RowID)
+	}
 	return fmt.Sprintf("outbox: row %d (message %q) parked: its first send attempt was %s ago, and a resend is only "+
 		"protected from duplicates up to %s after it. It may or may not have been stored. Check whether the consumers got "+
 		"message %q: if they did, mark it sent (UPDATE %s SET sent_at = now(), parked_at = NULL WHERE id = %d); if not, "+
@@ -176,8 +192,14 @@ func NewRelay(pool *pgxpool.Pool, pub *dedupq.Publisher, opts Options) (*Relay, 
 }
 
 // Span is the relay's worst-case span from a row's first send attempt to
-// the last attempt of its last resend: declare it on the consumers as
-// ConsumerOptions.PublisherSpan.
+// the end of the last attempt of its last resend: declare it on the
+// consumers as ConsumerOptions.PublisherSpan.
+//
+// It holds for every attempt, in every pass and every chunk: a claimed
+// batch is published in chunks one after another, so a pass stops sending
+// at the first moment one of its resent rows reaches Span after the claim
+// that first may have sent it (or its lease ends), and leaves the rows it
+// did not reach for a later pass, which checks their age again.
 func (r *Relay) Span() time.Duration { return r.retrySpan + r.resendFor }
 
 // Stats returns what the relay did so far.
@@ -199,6 +221,7 @@ type row struct {
 	msg      dedupq.Message
 	first    time.Time
 	attempts int
+	until    time.Time // the end of the claim's lease, the same for all its rows
 }
 
 func (r *Relay) step(s string) {
@@ -207,40 +230,54 @@ func (r *Relay) step(s string) {
 	}
 }
 
+// ErrSendDeadline is the cause of a pass's publish cut short because a
+// resent row of its batch reached the end of the relay's Span, or its
+// lease ended: the rows not yet sent are released, and a later pass
+// claims them again and checks their age. RunOnce's error then matches
+// it.
+var ErrSendDeadline = errors.New("outbox: a row of the batch reached the end of the relay's span, or its lease ended")
+
 // RunOnce claims one batch of rows, publishes them and marks them sent,
 // and returns how many rows it published or tried to (not those it
-// parked). The
-// publish is bounded by the lease, not by ctx, once it has begun, so that
-// a shutdown does not leave a row published and unmarked.
+// parked). The publish is bounded by the lease and by Span, not by ctx,
+// once it has begun, so that a shutdown does not leave a row published
+// and unmarked. A row the publisher refuses is parked alone (see
+// ParkedError.Refused) and the others are sent.
 func (r *Relay) RunOnce(ctx context.Context) (int, error) {
 	rows, err := r.claim(ctx)
 	if err != nil || len(rows) == 0 {
 		return len(rows), err
 	}
 	r.step("claimed")
-	msgs := make([]*dedupq.Message, len(rows))
 	for i := range rows {
-		msgs[i] = &rows[i].msg
 		if rows[i].attempts > 1 {
 			r.resent.Add(1)
 		}
 	}
 	pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.lease)
 	defer cancel()
-	results, perr := r.pub.PublishBatch(pctx, msgs)
+	out, perr := r.publish(pctx, rows, r.deadline(rows))
 	r.step("published")
-	var sent, failed []int64
-	for i, row := range rows {
-		if perr == nil || (i < len(results) && results[i].Err == nil) {
-			sent = append(sent, row.id)
-			if i < len(results) && results[i].Duplicate {
+	var sent, unsent, released []int64
+	var refused []*ParkedError
+	now := r.clock.Now()
+	for i, o := range out {
+		switch id := rows[i].id; {
+		case o.sent:
+			sent = append(sent, id)
+			if o.duplicate {
 				r.dups.Add(1)
 			}
-		} else {
-			failed = append(failed, row.id)
+		case o.refused != nil:
+			refused = append(refused, &ParkedError{RowID: id, MessageID: rows[i].msg.ID, Age: now.Sub(rows[i].first),
+				ResendFor: r.resendFor, Table: r.table, Refused: o.refused})
+		case o.unsent:
+			unsent = append(unsent, id)
+			released = append(released, id)
+		default:
+			released = append(released, id)
 		}
 	}
-	now := r.clock.Now()
 	_, err = r.pool.Exec(pctx, fmt.Sprintf(`UPDATE %s SET sent_at = $1, claimed_until = NULL WHERE id = ANY($2);
 `, r.table), now, sent)
 	if err != nil {
@@ -248,15 +285,109 @@ func (r *Relay) RunOnce(ctx context.Context) (int, error) {
 	}
 	r.sent.Add(int64(len(sent)))
 	r.step("marked")
-	if len(failed) > 0 {
-		// Released rows are tried again at once; their first attempt stays
-		// recorded, so the retry is a resend and its age is checked.
-		if _, err := r.pool.Exec(pctx, fmt.Sprintf(`UPDATE %s SET claimed_until = NULL WHERE id = ANY($1)`, r.table), failed); err != nil {
-			return len(rows), errors.Join(perr, fmt.Errorf("outbox: releasing rows: %w", err))
+	for _, p := range refused {
+		if err := r.park(pctx, r.pool, now, p); err != nil {
+			return len(rows), err
 		}
-		return len(rows), fmt.Errorf("outbox: publishing %d of %d rows failed: %w", len(failed), len(rows), perr)
+		r.parked.Add(1)
+		if r.opts.OnParked != nil {
+			r.opts.OnParked(p)
+		}
 	}
-	return len(rows), nil
+	if len(released) == 0 {
+		return len(rows), nil
+	}
+	// Released rows are tried again at once; a first attempt that may have
+	// reached the broker stays recorded, so the retry is a resend and its
+	// age is checked. A claim that handed its row nothing is taken back, so
+	// that its next claim is not taken for a resend, nor the row, once
+	// old, parked as "maybe sent".
+	if _, err := r.pool.Exec(pctx, fmt.Sprintf(`UPDATE %s SET claimed_until = NULL,
+	attempts = attempts - CASE WHEN id = ANY($1) THEN 1 ELSE 0 END,
+	first_attempt_at = CASE WHEN id = ANY($1) AND attempts <= 1 THEN NULL ELSE first_attempt_at END
+WHERE id = ANY($2)`, r.table), unsent, released); err != nil {
+		return len(rows), errors.Join(perr, fmt.Errorf("outbox: releasing rows: %w", err))
+	}
+	return len(rows), fmt.Errorf("outbox: publishing %d of %d rows failed: %w", len(released), len(rows), perr)
+}
+
+// outcome is what became of one row of a pass.
+type outcome struct {
+	sent, duplicate bool
+	refused         error // the publisher's *dedupq.ValidationError: never sent
+	unsent          bool  // never handed to the broker in this pass
+}
+
+// deadline is when the sends of a claimed batch must end: its lease's end,
+// or the earliest end of a resent row's Span. A row claimed for the first
+// time needs no such bound: its first chunk is its first send, and the
+// publisher keeps the chunk's retries within the retry span. A row's first
+// attempt went to the database truncated to microseconds, so the deadline
+// errs early, never late.
+func (r *Relay) deadline(rows []row) time.Time {
+	d := rows[0].until
+	for _, x := range rows {
+		if end := x.first.Add(r.Span()); x.attempts > 1 && end.Before(d) {
+			d = end
+		}
+	}
+	return d
+}
+
+// publish sends rows, no attempt after deadline, and says what became of
+// each. A refusal sends nothing of the batch (dedupq.ErrNotSent for the
+// others): the refused rows are taken out and the rest sent again at once.
+func (r *Relay) publish(ctx context.Context, rows []row, deadline time.Time) ([]outcome, error) {
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	if d := deadline.Sub(r.clock.Now()); d > 0 {
+		t := r.clock.AfterFunc(d, func() { cancel(ErrSendDeadline) })
+		defer t.Stop()
+	} else {
+		cancel(ErrSendDeadline)
+	}
+	out := make([]outcome, len(rows))
+	todo := make([]int, len(rows))
+	for i := range todo {
+		todo[i] = i
+	}
+	for {
+		msgs := make([]*dedupq.Message, len(todo))
+		for j, i := range todo {
+			msgs[j] = &rows[i].msg
+		}
+		results, err := r.pub.PublishBatch(ctx, msgs)
+		var again []int
+		for j, i := range todo {
+			var res dedupq.Result
+			if j < len(results) {
+				res = results[j]
+			}
+			var ve *dedupq.ValidationError
+			switch {
+			case err == nil || (j < len(results) && res.Err == nil):
+				out[i] = outcome{sent: true, duplicate: res.Duplicate}
+			case errors.As(res.Err, &ve):
+				out[i].refused = ve
+			case errors.Is(res.Err, dedupq.ErrNotSent):
+				again = append(again, i)
+			default:
+				// No result at all (a closed publisher) also means nothing
+				// was handed over.
+				out[i].unsent = res.Attempts == 0
+			}
+		}
+		if len(again) == 0 || len(again) == len(todo) {
+			for _, i := range again {
+				out[i].unsent = true
+			}
+			if cause := context.Cause(ctx); err != nil && errors.Is(cause, ErrSendDeadline) {
+				err = errors.Join(err, cause)
+			}
+			return out, err
+		}
+		todo = again
+	}
 }
 
 // claim takes up to BatchSize eligible rows: unsent, not parked, not
@@ -281,7 +412,7 @@ func (r *Relay) claim(ctx context.Context) ([]row, error) {
 	FOR UPDATE OF o SKIP LOCKED)
 UPDATE %[1]s o SET claimed_until = $2, first_attempt_at = COALESCE(o.first_attempt_at, $1), attempts = o.attempts + 1
 FROM c WHERE o.id = c.id
-RETURNING o.id, o.msg_id, o.group_key, o.body, o.attributes::text, o.first_attempt_at, o.attempts`, r.table)
+RETURNING o.id, o.msg_id, o.group_key, o.body, o.attributes::text, o.first_attempt_at, o.attempts, o.claimed_until`, r.table)
 	rs, err := tx.Query(ctx, q, now, now.Add(r.lease), r.opts.BatchSize)
 	if err != nil {
 		return nil, fmt.Errorf("outbox: claim: %w", err)
@@ -290,7 +421,7 @@ RETURNING o.id, o.msg_id, o.group_key, o.body, o.attributes::text, o.first_attem
 	for rs.Next() {
 		var x row
 		var attrs *string
-		if err := rs.Scan(&x.id, &x.msg.ID, &x.msg.GroupKey, &x.msg.Body, &attrs, &x.first, &x.attempts); err != nil {
+		if err := rs.Scan(&x.id, &x.msg.ID, &x.msg.GroupKey, &x.msg.Body, &attrs, &x.first, &x.attempts, &x.until); err != nil {
 			rs.Close()
 			return nil, fmt.Errorf("outbox: claim: %w", err)
 		}
@@ -317,10 +448,14 @@ RETURNING o.id, o.msg_id, o.group_key, o.body, o.attributes::text, o.first_attem
 		}
 		keep = append(keep, x)
 	}
+	// A row the publisher refuses (the package-level Enqueue cannot check
+	// the backend's limits) is parked before anything is sent: in the
+	// batch it would stop every other row from being sent.
+	keep, refused := r.refused(keep, now)
+	parked = append(parked, refused...)
 	for _, p := range parked {
-		if _, err := tx.Exec(ctx, fmt.Sprintf(`UPDATE %s SET parked_at = $1, claimed_until = NULL, park_reason = $2 WHERE id = $3`, r.table),
-			now, p.Error(), p.RowID); err != nil {
-			return nil, fmt.Errorf("outbox: parking row %d: %w", p.RowID, err)
+		if err := r.park(ctx, tx, now, p); err != nil {
+			return nil, err
 		}
 	}
 	if err := tx.Commit(ctx); err != nil {
@@ -333,6 +468,51 @@ RETURNING o.id, o.msg_id, o.group_key, o.body, o.attributes::text, o.first_attem
 		}
 	}
 	return keep, nil
+}
+
+// refused splits rows into those the publisher accepts and a ParkedError
+// for each it refuses.
+func (r *Relay) refused(rows []row, now time.Time) ([]row, []*ParkedError) {
+	msgs := make([]*dedupq.Message, len(rows))
+	for i := range rows {
+		msgs[i] = &rows[i].msg
+	}
+	var be *dedupq.BatchError
+	if err := r.pub.Validate(msgs...); !errors.As(err, &be) {
+		return rows, nil
+	}
+	bad := map[int]error{}
+	for _, f := range be.Failed {
+		if ve := (*dedupq.ValidationError)(nil); errors.As(f, &ve) {
+			bad[ve.Index] = ve
+		}
+	}
+	var keep []row
+	var parked []*ParkedError
+	for i, x := range rows {
+		if bad[i] == nil {
+			keep = append(keep, x)
+			continue
+		}
+		parked = append(parked, &ParkedError{RowID: x.id, MessageID: x.msg.ID, Age: now.Sub(x.first), ResendFor: r.resendFor,
+			Table: r.table, Refused: bad[i]})
+	}
+	return keep, parked
+}
+
+// park parks p's row. A refused row's claim is taken back: it handed
+// nothing to the broker.
+func (r *Relay) park(ctx context.Context, db Execer, now time.Time, p *ParkedError) error {
+	uncount := 0
+	if p.Refused != nil {
+		uncount = 1
+	}
+	if _, err := db.Exec(ctx, fmt.Sprintf(`UPDATE %s SET parked_at = $1, park_reason = $2, claimed_until = NULL,
+	attempts = attempts - $4, first_attempt_at = CASE WHEN attempts > $4 THEN first_attempt_at END WHERE id = $3`, r.table),
+		now, p.Error(), p.RowID, uncount); err != nil {
+		return fmt.Errorf("outbox: parking row %d: %w", p.RowID, err)
+	}
+	return nil
 }
 
 func sortRows(rows []row) {

@@ -3,5 +3,6 @@
 // window.CheckConsumer) as a theorem. Whenever both accept a plan, no
 // schedule the declared policies allow may run a message's effect twice;
 // whenever one refuses at margin zero, some schedule must. See
-// property_test.go.
+// property_test.go; relay_property_test.go does the same for the outbox
+// relay's Span, with the real outbox.Relay on PostgreSQL.
 package exactlyonce
