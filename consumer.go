@@ -513,15 +513,17 @@ type job struct {
 // The hold is bounded by the startup check's model (package window): every
 // try, and so every claim of the key, must start before the delivery's
 // claim deadline (ConsumerPlan.ClaimDeadline: the broker's ack wait from
-// its receipt, and the dedup TTL if that is shorter), as if the broker
-// had kept the delivery for its ack wait and no longer. A hold that ran on
-// until the dependency came back could claim the key after its completion
-// record had expired, and run the effect a second time. Once no try fits before the deadline, or the
+// its receipt, before the lease's first renewal, and within the dedup
+// TTL), as if the broker had kept the delivery for its ack wait and no
+// longer. A hold that ran on until the dependency came back could claim
+// the key after its completion record had expired, and run the effect a
+// second time; one that renewed the lease while holding no claim could
+// push the message's next delivery past the redelivery span. Once no try fits before the deadline, or the
 // Run stops, the error is returned and the delivery nacked as any failure:
 // the broker's next delivery gets a deadline of its own, and MaxDeliveries
 // ends the chain within the redelivery span the check covered.
 func (c *Consumer) retryUnavailable(ctx context.Context, p *pipeline, d *driver.Delivery, received time.Time, err error) error {
-	deadline := c.claims.ClaimDeadline(received)
+	deadline := c.claims.ClaimDeadline(received, d.Lease)
 	for n := 1; errors.Is(err, ErrUnavailable) && !IsPermanent(err); n++ {
 		wait := receiveBackoff(n)
 		if !c.clock.Now().Add(wait).Before(deadline) {

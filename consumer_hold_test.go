@@ -42,23 +42,26 @@ func (u *unavailableForever) count() int {
 // Issue 23, defect 1: a delivery held while its dependency is unavailable
 // is tried again only until its claim deadline, then nacked with the
 // policy's backoff, as the startup check's model assumes of every
-// delivery: the broker's ack wait from its receipt (30s here), or the dedup
-// TTL less the margin where that is shorter (one delivery, which the check
-// lets use any TTL: a TxGuard whose commit answer was lost must still find
-// its record when it tries again). Before, it was held until the dependency
-// came back, however long, and its claim could come after the first
-// delivery's completion record had expired.
+// delivery: the earliest of the broker's ack wait from its receipt (30s
+// here), half its lease (when the lease would first be renewed, though no
+// claim is held), and the dedup TTL less the margin (one delivery, which
+// the check lets use any TTL: a TxGuard whose commit answer was lost must
+// still find its record when it tries again). Before, it was held until
+// the dependency came back, however long, and its claim could come after
+// the first delivery's completion record had expired.
 func TestUnavailableHoldEndsAtTheClaimDeadline(t *testing.T) {
 	for _, tt := range []struct {
 		name     string
 		dedup    Deduplicator
-		one      bool          // a single delivery, no backoff
+		one      bool // a single delivery, no backoff
+		lease    time.Duration
 		deadline time.Duration // from the receipt
 		want     string
 	}{
-		{"the ack wait", nil, false, 30 * time.Second, "nack 7s"},
-		{"the ack wait, shorter than the TTL", ttlOnly(4 * time.Minute), false, 30 * time.Second, "nack 7s"},
-		{"the TTL less the margin, shorter than the ack wait", ttlOnly(10 * time.Second), true, 9 * time.Second, "nack 0s"},
+		{"the ack wait", nil, false, 2 * time.Minute, 30 * time.Second, "nack 7s"},
+		{"the ack wait, shorter than the TTL", ttlOnly(4 * time.Minute), false, 0, 30 * time.Second, "nack 7s"},
+		{"half the lease, before its first renewal", ttlOnly(4 * time.Minute), false, 20 * time.Second, 10 * time.Second, "nack 7s"},
+		{"the TTL less the margin, shorter than the ack wait", ttlOnly(10 * time.Second), true, 2 * time.Minute, 9 * time.Second, "nack 0s"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			fake := clock.NewFake(time.Unix(0, 0))
@@ -74,13 +77,17 @@ func TestUnavailableHoldEndsAtTheClaimDeadline(t *testing.T) {
 			stop := runConsumer(t, c, h.handle)
 			defer stop()
 			received := fake.Now()
-			sub.push("a", 10*time.Second)
+			sub.push("a", tt.lease)
 			testutil.WaitFor(t, func() bool { return h.count() == 1 })
 			const limit = 2 * time.Minute
+			waiters := 1 // the hold's backoff
+			if tt.lease > 0 {
+				waiters++ // and the lease's first renewal
+			}
 			for sub.get("a") == "" && fake.Now().Sub(received) < limit {
 				// The hold's backoff, the lease's extension and the idle
 				// receive may all wait.
-				testutil.WaitFor(t, func() bool { return sub.get("a") != "" || fake.Waiters() >= 2 })
+				testutil.WaitFor(t, func() bool { return sub.get("a") != "" || fake.Waiters() >= waiters })
 				fake.Advance(time.Second)
 			}
 			if got := sub.get("a"); got != tt.want {
@@ -95,6 +102,14 @@ func TestUnavailableHoldEndsAtTheClaimDeadline(t *testing.T) {
 				if at.Sub(received) >= tt.deadline {
 					t.Errorf("try %d started %s after the receipt, at or after the claim deadline (%s)", i+1, at.Sub(received), tt.deadline)
 				}
+			}
+			// Where the renewal is due after the deadline anyway, none may
+			// come (at the deadline itself, the test's steps of fake time
+			// can wake the hold and the renewal together).
+			sub.mu.Lock()
+			defer sub.mu.Unlock()
+			if n := sub.extends["a"]; n != 0 && tt.lease/2 > tt.deadline {
+				t.Errorf("the lease was renewed %d times during the hold, which holds no claim", n)
 			}
 		})
 	}

@@ -25,21 +25,23 @@ var (
 	// such a delivery, which would spend one of the message's deliveries
 	// per failed try (a broker that redelivers a nack at once would
 	// dead-letter every message in flight within seconds of an outage):
-	// it keeps the delivery leased and runs the handler on it again, with
+	// it keeps the delivery and runs the handler on it again, with
 	// backoff, until the handler returns something else, the Consumer
 	// stops (its Run's context done, Close, or a receive failed for good),
-	// or the next try would start after the delivery's claim deadline: the
-	// broker's ack wait from its receipt, or the dedup TTL if shorter
-	// (window.ConsumerPlan's ClaimDeadline). Then it nacks the delivery as any failure. The
-	// deadline keeps the startup check true: the check counts each
-	// delivery as claiming the key within its ack wait, and a try after it
-	// could claim a key whose completion had expired meanwhile, running
-	// the effect twice. An outage longer than the redelivery span (every
-	// delivery's ack wait and backoff) therefore dead-letters the
-	// messages it holds up; ride out longer outages with a longer ack
-	// wait, more deliveries or a longer backoff, which the check then
-	// asks the dedup TTL to cover. Handlers must be safe to run again on
-	// ErrUnavailable, as on any redelivery.
+	// or the next try would start after the delivery's claim deadline
+	// (window.ConsumerPlan's ClaimDeadline): the earliest of the broker's
+	// ack wait from its receipt, half its lease (when the Consumer would
+	// first renew it) and the dedup TTL. Then it nacks the delivery as any
+	// failure. The deadline keeps the startup check true: the check counts
+	// each delivery as claiming the key within its ack wait and lasting no
+	// longer unless it holds the claim, and a try after it could claim a
+	// key whose completion had expired meanwhile, running the effect
+	// twice. An outage longer than the redelivery span (every delivery's
+	// share of it, and the backoffs) therefore dead-letters the messages
+	// it holds up; ride out longer outages with a longer ack wait, more
+	// deliveries or a longer backoff, which the check then asks the dedup
+	// TTL to cover. Handlers must be safe to run again on ErrUnavailable,
+	// as on any redelivery.
 	ErrUnavailable = errors.New("dedupq: a dependency of the handler is unavailable")
 )
 

@@ -360,25 +360,31 @@ func consumerSpan(p ConsumerPlan, m float64) (span, beyond time.Duration) {
 	return addSat(p.Redelivery.Span(), beyond), beyond
 }
 
-// ClaimDeadline is the latest moment a delivery received at received may
-// still claim its message's key in the model the check states (the
-// package doc): before its ack wait has passed, and, with a dedup store,
-// before the store's TTL less the margin has passed. A consumer that keeps
-// a delivery past it (held while a dependency is down, its lease extended)
-// must stop trying to claim by then and let the broker redeliver:
+// ClaimDeadline is the latest moment a delivery received at received,
+// with a lease of lease (zero for none), may still try to claim its
+// message's key in the model the check states (the package doc), when
+// its consumer keeps it after a try failed without a claim (held while a
+// dependency is down). It is the earliest of:
 //
-//   - past the ack wait, a claim can come later after the copy's first
-//     delivery than the redelivery span the TTL was checked against, and
-//     find the first completion expired;
-//   - past the TTL, a try again of a delivery whose completion was
-//     recorded but not reported (a transaction committed, its answer
-//     lost) can find that record expired, which matters where the TTL is
-//     shorter than the ack wait: a single delivery, which the check lets
-//     use any TTL.
+//   - the end of its ack wait: a claim after it can come later after the
+//     copy's first delivery than the redelivery span the TTL was checked
+//     against, and find the first completion expired;
+//   - half its lease, when the consumer's first renewal of it is due: a
+//     lease renewed while the key is not claimed lets the delivery, if it
+//     then finds the key completed and its ack is lost, come back a whole
+//     lease after the renewal, later than the span counts;
+//   - with a dedup store, the TTL less the margin: a try again of a
+//     delivery whose completion was recorded but not reported (a
+//     transaction committed, its answer lost) must still find the record,
+//     which matters where the TTL is shorter than the ack wait (a single
+//     delivery, which the check lets use any TTL).
 //
 // A non-positive AckWait allows no claim after the receipt.
-func (p ConsumerPlan) ClaimDeadline(received time.Time) time.Time {
+func (p ConsumerPlan) ClaimDeadline(received time.Time, lease time.Duration) time.Time {
 	d := max(p.Redelivery.AckWait, 0)
+	if lease > 0 {
+		d = min(d, lease/2)
+	}
 	if p.DedupTTL > 0 {
 		d = min(d, usable(p.DedupTTL, margin(p.Margin)))
 	}

@@ -27,7 +27,9 @@
 //	          delivery claims the key before its lease ends, the last one
 //	          less than R after the copy's first delivery (a delivery held
 //	          while the store is down retries its claim only until then,
-//	          and only within T of its receipt: ConsumerPlan.ClaimDeadline)
+//	          before its lease is first renewed, and within T of its
+//	          receipt: ConsumerPlan.ClaimDeadline; a lease renewed while
+//	          the key is not claimed would stretch the delivery past R)
 //	t0        the earliest moment copy 1's completion is recorded, so the
 //	          record may expire at t0+T
 //

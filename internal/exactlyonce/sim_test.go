@@ -380,12 +380,16 @@ func (s *sim) holdUnavailable(p *proc) bool {
 		return false
 	}
 	next := now.Add(holdWait(p.tries))
-	if !next.Before(s.claims.ClaimDeadline(p.received)) && !s.adv.unboundedHold {
+	if !next.Before(s.claims.ClaimDeadline(p.received, p.d.Lease)) && !s.adv.unboundedHold {
 		return false
 	}
-	p.holding = true
-	if p.healthy {
-		s.keepAlive(p)
+	// No renewal: the hold ends before the Consumer's first renewal of
+	// the lease is due (or, unbounded, renews as a running handler).
+	if s.adv.unboundedHold {
+		p.holding = true
+		if p.healthy {
+			s.keepAlive(p)
+		}
 	}
 	if !s.closeAt.IsZero() && !next.Before(s.closeAt) {
 		s.at(s.closeAt, func() {
