@@ -176,10 +176,7 @@ func (b *Broker) queue(name string) *queue {
 	defer b.mu.Unlock()
 	q := b.queues[name]
 	if q == nil {
-		q = &queue{
-			b: b, name: name, wake: make(chan struct{}),
-			bySeq: make(map[uint64]*message), seen: make(map[string]seenID),
-		}
+		q = newQueue(b, name)
 		b.queues[name] = q
 	}
 	return q
@@ -218,7 +215,7 @@ func (b *Broker) DeadLetters(name string) []DeadLetter {
 	q := b.queue(name)
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	q.sweep(q.now())
+	q.advance(q.now())
 	out := make([]DeadLetter, len(q.dead))
 	for i, d := range q.dead {
 		out[i] = d
@@ -258,20 +255,9 @@ func (b *Broker) Stats(name string) Stats {
 	q := b.queue(name)
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	now := q.now()
-	_, _, ready := q.take(now, 0, true)
+	q.advance(q.now())
 	s := q.stats
-	s.Ready = ready
-	s.DeadLettered = len(q.dead)
-	for _, m := range q.msgs {
-		if m.gone {
-			continue
-		}
-		s.Stored++
-		if len(m.leases) > 0 {
-			s.InFlight++
-		}
-	}
+	s.Stored, s.Ready, s.InFlight, s.DeadLettered = q.stored, q.ready(), q.inFlight, len(q.dead)
 	return s
 }
 
@@ -321,23 +307,56 @@ func (b *Broker) fault(p float64, kind, queue, id string, n int) bool {
 	return float64(x>>11)/float64(1<<53) < math.Min(p, 1)
 }
 
-// message is one stored message.
+// message is one stored message. At any moment it is in exactly one of
+// these states, each with its own index in the queue (see queue):
+//
+//   - waiting: behind an earlier stored message of its group, linked from
+//     that message's next; in no index of its own.
+//   - ready: deliverable now; in q.fresh or q.again.
+//   - leased: under at least one live lease; in q.timers at its earliest
+//     lease end.
+//   - backing off: nacked with a delay; in q.timers at availableAt.
+//   - gone: acked or dead-lettered.
 type message struct {
 	seq        uint64
+	backendID  string
 	msg        driver.Message
 	deliveries int
-	// availableAt is when the message may be delivered (after a nack's
-	// backoff); the zero time means at once.
+	// availableAt is when a nacked message may be delivered again; the
+	// zero time means at once.
 	availableAt time.Time
-	// leases maps each live delivery's token to its lease end. More than
-	// one only with injected duplicate deliveries.
-	leases map[uint64]time.Time
-	// firstEnd is at or before the earliest end in leases (extensions
-	// and settles only move that later), so that a scan skips messages
-	// whose leases cannot have ended without ranging over the map.
-	firstEnd time.Time
-	gone     bool
+	// leases are the live deliveries. More than one only with injected
+	// duplicate deliveries.
+	leases []lease
+	// due is the message's key in q.timers: its earliest lease end, or
+	// availableAt while it backs off.
+	due time.Time
+	// pos is 1 + the message's index in q.again or q.timers, 0 in neither.
+	pos int
+	// next is the following stored message of the same group.
+	next *message
+	gone bool
 }
+
+type lease struct {
+	token uint64
+	end   time.Time
+}
+
+// earliestEnd is the first of m's lease ends; m has at least one lease.
+func (m *message) earliestEnd() time.Time {
+	end := m.leases[0].end
+	for _, l := range m.leases[1:] {
+		if l.end.Before(end) {
+			end = l.end
+		}
+	}
+	return end
+}
+
+// group is the stored messages of one GroupKey, in seq order, as a linked
+// list: only head may be delivered, the others wait behind it.
+type group struct{ head, tail *message }
 
 type seenID struct {
 	at        time.Time
@@ -350,31 +369,58 @@ type seenEntry struct {
 }
 
 // queue is one named entity. Its mutex guards everything below it.
+//
+// A Receive hands out the ready messages in seq order, where ready means
+// stored, not leased, not backing off and first of its group. The queue
+// keeps the ready ones in two indexes instead of finding them by a scan:
+// fresh holds those never delivered that were first of their group when
+// published, in seq order as they arrive (a FIFO: O(1)); again holds
+// those that became ready later (a lease ended, a backoff ended, or an
+// earlier message of the group went), ordered by seq (a heap: O(log n) in
+// the few such messages). The next delivery is the lower seq of the two
+// heads. Leased and backing-off messages wait in timers, a heap by the
+// time at which they next change; the passage of time is applied (advance)
+// by popping its due entries before every read of the state, so it costs
+// O(log n) per lease end or backoff end, never a walk of the backlog.
 type queue struct {
 	b    *Broker
 	name string
 
-	mu    sync.Mutex
-	seq   uint64
-	token uint64
-	msgs  []*message // in seq order; gone ones are compacted away lazily
-	ngone int
-	head  int // q.msgs[:head] are all gone: where take starts its scan
-	bySeq map[uint64]*message
-	seen  map[string]seenID
-	seenQ []seenEntry // seen entries in time order, for expiry
-	dead  []DeadLetter
-	extra []*driver.Delivery // injected duplicate deliveries not yet handed out
-	stats Stats
-	wake  chan struct{} // closed and replaced on every change a receiver may wait for
+	mu     sync.Mutex
+	seq    uint64
+	token  uint64
+	fresh  fifo
+	again  heap // by seq
+	timers heap // by due
+	groups map[string]*group
+	seen   map[string]seenID
+	seenQ  []seenEntry // seen entries in time order, for expiry
+	dead   []DeadLetter
+	extra  []*driver.Delivery // injected duplicate deliveries not yet handed out
+	// dying collects the messages one advance dead-letters, so that they
+	// join dead in seq order, as a pass over the queue would find them.
+	dying    []*message
+	stored   int // messages not gone
+	inFlight int // messages with a live lease
+	stats    Stats
+	wake     chan struct{} // closed and replaced on every change a receiver may wait for
 	// watched is set when a Receive took wake to wait on, since its last
 	// replacement.
 	watched bool
 }
 
+func newQueue(b *Broker, name string) *queue {
+	return &queue{
+		b: b, name: name, wake: make(chan struct{}),
+		again:  heap{before: func(a, b *message) bool { return a.seq < b.seq }},
+		timers: heap{before: func(a, b *message) bool { return a.due.Before(b.due) }},
+		groups: make(map[string]*group), seen: make(map[string]seenID),
+	}
+}
+
 func (q *queue) now() time.Time { return q.b.clock.Now() }
 
-// changed wakes every blocked Receive; they rescan.
+// changed wakes every blocked Receive; they look again.
 func (q *queue) changed() {
 	if !q.watched {
 		return // nobody waits on q.wake: an ack need not allocate a new one
@@ -390,11 +436,18 @@ func (q *queue) store(m *driver.Message) string {
 	cp := *m
 	cp.Body = slices.Clone(m.Body)
 	cp.Attributes = maps.Clone(m.Attributes)
-	msg := &message{seq: q.seq, msg: cp}
-	q.msgs = append(q.msgs, msg)
-	q.bySeq[msg.seq] = msg
+	msg := &message{seq: q.seq, backendID: strconv.FormatUint(q.seq, 10), msg: cp}
+	q.stored++
 	q.stats.Published++
-	return strconv.FormatUint(msg.seq, 10)
+	if key := cp.GroupKey; key != "" {
+		if g := q.groups[key]; g != nil {
+			g.tail.next, g.tail = msg, msg // waits behind the group's head
+			return msg.backendID
+		}
+		q.groups[key] = &group{head: msg, tail: msg}
+	}
+	q.fresh.push(msg)
+	return msg.backendID
 }
 
 // send is one copy of a send arriving at the broker.
@@ -420,133 +473,126 @@ func (q *queue) send(now time.Time, m *driver.Message) driver.SendResult {
 	return driver.SendResult{BackendID: id}
 }
 
-// remove drops a message from the queue.
+// remove drops a message from the queue. m is leased or was just taken out
+// of timers: either way it has been delivered, so it is first of its
+// group, and the group's next message becomes ready.
 func (q *queue) remove(m *message) {
-	m.gone = true
-	m.leases = nil
-	delete(q.bySeq, m.seq)
-	q.ngone++
-	if q.ngone > 32 && q.ngone > len(q.msgs)/2 {
-		q.msgs = slices.DeleteFunc(q.msgs, func(m *message) bool { return m.gone })
-		q.ngone, q.head = 0, 0
+	if m.pos > 0 {
+		q.timers.remove(m)
 	}
+	if len(m.leases) > 0 {
+		q.inFlight--
+	}
+	m.gone, m.leases = true, nil
+	q.stored--
+	if key := m.msg.GroupKey; key != "" {
+		g := q.groups[key]
+		if g == nil || g.head != m {
+			panic(fmt.Sprintf("mem: internal error: removing message %d of group %q, which is not the group's head", m.seq, key))
+		}
+		if g.head, m.next = m.next, nil; g.head == nil {
+			delete(q.groups, key)
+		} else {
+			q.again.push(g.head)
+		}
+	}
+	// A delivery's handle still points at m: drop what it no longer
+	// needs, so that a delivery kept after its settle keeps little alive.
+	m.msg = driver.Message{}
 }
 
 func (q *queue) deadLetter(m *message, reason string) {
 	q.dead = append(q.dead, DeadLetter{
-		Message: m.msg, BackendID: strconv.FormatUint(m.seq, 10), Deliveries: m.deliveries, Reason: reason,
+		Message: m.msg, BackendID: m.backendID, Deliveries: m.deliveries, Reason: reason,
 	})
 	q.remove(m)
 }
 
-// expireLeases drops m's leases that ended by now; when the last one ends
-// the message is available again at once.
-func expireLeases(m *message, now time.Time) {
-	if len(m.leases) == 0 || now.Before(m.firstEnd) {
+// release returns a message that is neither leased nor backing off any more
+// (its last lease ended, its backoff ended, or it was nacked without a
+// delay) to the queue: ready again, or into dying when it used up its
+// deliveries. m is in no index.
+func (q *queue) release(m *message) {
+	if limit := q.b.opts.MaxDeliveries; limit > 0 && m.deliveries >= limit {
+		q.dying = append(q.dying, m)
 		return
 	}
-	m.firstEnd = time.Time{}
-	for tok, end := range m.leases {
-		switch {
-		case !end.After(now):
-			delete(m.leases, tok)
-		case m.firstEnd.IsZero() || end.Before(m.firstEnd):
-			m.firstEnd = end
-		}
-	}
+	q.again.push(m)
 }
 
-// sweep applies everything the passage of time decides: expired leases and
-// dead-lettering of messages that used up their deliveries. It runs before
-// every read of the state, so that the broker needs no background timer.
-func (q *queue) sweep(now time.Time) {
-	for _, m := range q.msgs {
-		if !m.gone {
-			q.age(m, now)
-		}
+// buryDying dead-letters what release set aside, in seq order.
+func (q *queue) buryDying() {
+	if len(q.dying) == 0 {
+		return
 	}
-}
-
-// age applies the passage of time to one message.
-func (q *queue) age(m *message, now time.Time) {
-	expireLeases(m, now)
-	limit := q.b.opts.MaxDeliveries
-	if limit > 0 && len(m.leases) == 0 && m.deliveries >= limit && !m.availableAt.After(now) {
+	slices.SortFunc(q.dying, func(a, b *message) int { return cmp.Compare(a.seq, b.seq) })
+	for i, m := range q.dying {
 		q.deadLetter(m, fmt.Sprintf("delivered %d times, the queue's MaxDeliveries", m.deliveries))
+		q.dying[i] = nil
 	}
+	q.dying = q.dying[:0]
 }
 
-// take hands out up to n deliveries and reports the next time something
-// may become deliverable (zero if nothing is pending on time). With dry
-// set it hands out nothing and only counts, in ready, what it would hand
-// out with n unbounded.
-//
-// A take that hands out n deliveries stops scanning there (its next is
-// then partial, and unused): Receive must not cost a walk of the whole
-// queue. It ages each message it looks at, as sweep would, so that what it
-// hands out reflects the passage of time; the messages past the stop are
-// aged by the next take, lookup or sweep that reaches them.
-func (q *queue) take(now time.Time, n int, dry bool) (out []*driver.Delivery, next time.Time, ready int) {
-	later := func(t time.Time) {
-		if next.IsZero() || t.Before(next) {
-			next = t
+// advance applies everything the passage of time decides up to now: leases
+// that ended, backoffs that ended, and the dead-lettering of messages that
+// used up their deliveries. It runs before every read of the state, so
+// that the broker needs no background timer, and costs O(log n) for each
+// lease or backoff that ended, nothing for the rest of the queue.
+func (q *queue) advance(now time.Time) {
+	for {
+		m := q.timers.min()
+		if m == nil || m.due.After(now) {
+			break
 		}
+		if len(m.leases) > 0 {
+			m.leases = slices.DeleteFunc(m.leases, func(l lease) bool { return !l.end.After(now) })
+			if len(m.leases) > 0 { // an injected duplicate's lease lives on
+				m.due = m.earliestEnd()
+				q.timers.fix(m)
+				continue
+			}
+			q.inFlight--
+		}
+		q.timers.remove(m)
+		m.availableAt = time.Time{}
+		q.release(m)
 	}
-	if dry {
-		ready = len(q.extra)
+	q.buryDying()
+}
+
+// ready is the number of deliveries a take would hand out now, after
+// advance.
+func (q *queue) ready() int { return len(q.extra) + q.fresh.len() + q.again.len() }
+
+// nextReady takes the ready message of the lowest seq out of its index,
+// or returns nil when none is ready.
+func (q *queue) nextReady() *message {
+	f, a := q.fresh.peek(), q.again.min()
+	switch {
+	case a != nil && (f == nil || a.seq < f.seq):
+		q.again.remove(a)
+		return a
+	case f != nil:
+		return q.fresh.pop()
 	}
-	for !dry && len(q.extra) > 0 && len(out) < n {
+	return nil
+}
+
+// take hands out up to n deliveries, the injected duplicates first and
+// then the ready messages in seq order, and reports the next time
+// something may become deliverable (zero if nothing waits on time). It
+// costs O(log n) per delivery.
+func (q *queue) take(now time.Time, n int) (out []*driver.Delivery, next time.Time) {
+	q.advance(now)
+	for len(q.extra) > 0 && len(out) < n {
 		d := q.extra[0]
 		q.extra = q.extra[1:]
 		out = append(out, d)
 	}
-	// Acked messages pile up gone at the front until the next compaction:
-	// skip them once, not on every take.
-	for q.head < len(q.msgs) && q.msgs[q.head].gone {
-		q.head++
-	}
-	var blocked map[string]bool // groups with an earlier stored message
-	for i := q.head; i < len(q.msgs); i++ {
-		if !dry && len(out) >= n {
+	for len(out) < n {
+		m := q.nextReady()
+		if m == nil {
 			break
-		}
-		m := q.msgs[i]
-		if m.gone {
-			continue
-		}
-		// age may dead-letter m, and its removal may compact q.msgs;
-		// compaction keeps seq order, so carry on after m's seq.
-		if q.age(m, now); m.gone {
-			if i >= len(q.msgs) || q.msgs[i] != m {
-				i = q.resume(m.seq) - 1
-			}
-			continue
-		}
-		group := m.msg.GroupKey
-		earlier := group != "" && blocked[group]
-		if group != "" {
-			if blocked == nil {
-				blocked = make(map[string]bool)
-			}
-			blocked[group] = true
-		}
-		if len(m.leases) > 0 {
-			later(m.firstEnd) // may wake a Receive early, never late
-			continue
-		}
-		if m.availableAt.After(now) {
-			later(m.availableAt)
-			continue
-		}
-		if earlier {
-			continue
-		}
-		if dry {
-			ready++
-			continue
-		}
-		if len(out) >= n {
-			continue
 		}
 		out = append(out, q.deliver(m, now))
 		if q.b.fault(q.b.opts.Faults.DuplicateDelivery, "dupdelivery", q.name, m.msg.ID, m.deliveries) {
@@ -558,65 +604,66 @@ func (q *queue) take(now time.Time, n int, dry bool) (out []*driver.Delivery, ne
 			}
 		}
 	}
-	return out, next, ready
-}
-
-// resume returns the index of the first message in q.msgs with a seq
-// greater than seq (q.msgs is in seq order).
-func (q *queue) resume(seq uint64) int {
-	i, _ := slices.BinarySearchFunc(q.msgs, seq+1, func(m *message, s uint64) int { return cmp.Compare(m.seq, s) })
-	return i
+	if m := q.timers.min(); m != nil {
+		next = m.due
+	}
+	return out, next
 }
 
 type handle struct {
 	q     *queue
-	seq   uint64
+	m     *message
 	token uint64
 }
 
+// deliver leases m to one delivery. m is ready, or leased already when
+// this is an injected duplicate of the delivery just made.
 func (q *queue) deliver(m *message, now time.Time) *driver.Delivery {
 	q.token++
 	m.deliveries++
 	q.stats.Deliveries++
-	if m.leases == nil {
-		m.leases = make(map[uint64]time.Time)
-	}
 	end := now.Add(q.b.opts.AckWait)
-	m.leases[q.token] = end
-	if len(m.leases) == 1 || end.Before(m.firstEnd) {
-		m.firstEnd = end
-	}
+	m.leases = append(m.leases, lease{token: q.token, end: end})
 	m.availableAt = time.Time{}
+	if len(m.leases) == 1 {
+		q.inFlight++
+		m.due = end
+		q.timers.push(m)
+	} else if end.Before(m.due) {
+		m.due = end
+		q.timers.fix(m)
+	}
 	msg := m.msg
 	msg.Body = slices.Clone(m.msg.Body)
 	msg.Attributes = maps.Clone(m.msg.Attributes)
 	return &driver.Delivery{
-		Message: msg, Attempt: m.deliveries, BackendID: strconv.FormatUint(m.seq, 10),
-		Lease: q.b.opts.AckWait, Handle: &handle{q: q, seq: m.seq, token: q.token},
+		Message: msg, Attempt: m.deliveries, BackendID: m.backendID,
+		Lease: q.b.opts.AckWait, Handle: &handle{q: q, m: m, token: q.token},
 	}
 }
 
-// lookup finds the message a delivery refers to. It returns nil, nil when
-// the message is gone (settled through another delivery, dead-lettered):
-// settling it again is harmless, as on JetStream and SQS. It returns
-// ErrLeaseExpired when the message is still there but this delivery no
-// longer holds it.
-func (q *queue) lookup(d *driver.Delivery, now time.Time) (*message, uint64, error) {
+// lookup finds the message a delivery refers to, after applying the
+// passage of time. It returns nil, -1, nil when the message is gone
+// (settled through another delivery, dead-lettered): settling it again is
+// harmless, as on JetStream and SQS. It returns ErrLeaseExpired when the
+// message is still there but this delivery no longer holds it. Otherwise
+// it returns the index of the delivery's lease in m.leases.
+func (q *queue) lookup(d *driver.Delivery, now time.Time) (*message, int, error) {
 	h, ok := d.Handle.(*handle)
 	if !ok || h.q != q {
-		return nil, 0, fmt.Errorf("mem: delivery %s does not come from queue %q", d.BackendID, q.name)
+		return nil, -1, fmt.Errorf("mem: delivery %s does not come from queue %q", d.BackendID, q.name)
 	}
-	m := q.bySeq[h.seq]
-	if m == nil {
-		return nil, 0, nil
+	q.advance(now)
+	m := h.m
+	if m.gone {
+		return nil, -1, nil
 	}
-	if q.age(m, now); m.gone {
-		return nil, 0, nil
+	for i, l := range m.leases {
+		if l.token == h.token {
+			return m, i, nil
+		}
 	}
-	if _, live := m.leases[h.token]; !live {
-		return nil, 0, ErrLeaseExpired
-	}
-	return m, h.token, nil
+	return nil, -1, ErrLeaseExpired
 }
 
 // topic is a publishing handle.
@@ -710,7 +757,7 @@ func (s *subscription) Receive(ctx context.Context, n int) ([]*driver.Delivery, 
 		}
 		q.mu.Lock()
 		now := q.now()
-		ds, next, _ := q.take(now, n, false)
+		ds, next := q.take(now, n)
 		wake := q.wake
 		q.watched = q.watched || len(ds) == 0
 		q.mu.Unlock()
@@ -769,9 +816,17 @@ func (s *subscription) Nack(ctx context.Context, d *driver.Delivery, delay time.
 	}
 	// The nack returns the message to the queue: every other delivery of
 	// it (an injected duplicate) loses its lease with it.
-	m.leases = nil
-	m.availableAt = now.Add(delay)
-	q.age(m, now)
+	m.leases = m.leases[:0]
+	q.inFlight--
+	if m.availableAt = now.Add(delay); m.availableAt.After(now) {
+		m.due = m.availableAt // backs off, still in timers
+		q.timers.fix(m)
+	} else {
+		q.timers.remove(m)
+		m.availableAt = time.Time{}
+		q.release(m)
+		q.buryDying()
+	}
 	q.changed()
 	return nil
 }
@@ -798,12 +853,14 @@ func (s *subscription) Extend(ctx context.Context, d *driver.Delivery, by time.D
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	now := q.now()
-	m, tok, err := q.lookup(d, now)
+	m, i, err := q.lookup(d, now)
 	if m == nil || err != nil {
 		return err
 	}
-	if end := now.Add(by); end.After(m.leases[tok]) {
-		m.leases[tok] = end
+	if end := now.Add(by); end.After(m.leases[i].end) {
+		m.leases[i].end = end
+		m.due = m.earliestEnd()
+		q.timers.fix(m)
 	}
 	return nil
 }
