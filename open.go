@@ -111,12 +111,16 @@ func parseProblem(err error) string {
 }
 
 // OpenPublisher opens the backend named by rawURL and wraps it in a
-// Publisher, running the same startup check as NewPublisher.
-func (m *URLMux) OpenPublisher(ctx context.Context, rawURL string, opts PublisherOptions) (*Publisher, error) {
+// Publisher, running the same startup check as NewPublisher. Its error
+// shows nothing of the URL that RedactURL hides, even where the driver's
+// own text quoted it (an SDK quotes its endpoint); errors.Is and errors.As
+// still find the driver's error.
+func (m *URLMux) OpenPublisher(ctx context.Context, rawURL string, opts PublisherOptions) (_ *Publisher, err error) {
 	o, u, err := m.opener(rawURL)
 	if err != nil {
 		return nil, err
 	}
+	defer func() { err = newScrubber(u).err(err) }()
 	t, err := o.OpenTopic(ctx, u)
 	if err != nil {
 		return nil, err
@@ -129,12 +133,14 @@ func (m *URLMux) OpenPublisher(ctx context.Context, rawURL string, opts Publishe
 }
 
 // OpenConsumer opens the backend named by rawURL and wraps it in a
-// Consumer, running the same startup check as NewConsumer.
-func (m *URLMux) OpenConsumer(ctx context.Context, rawURL string, opts ConsumerOptions) (*Consumer, error) {
+// Consumer, running the same startup check as NewConsumer. Its error
+// shows nothing of the URL that RedactURL hides, as OpenPublisher's.
+func (m *URLMux) OpenConsumer(ctx context.Context, rawURL string, opts ConsumerOptions) (_ *Consumer, err error) {
 	o, u, err := m.opener(rawURL)
 	if err != nil {
 		return nil, err
 	}
+	defer func() { err = newScrubber(u).err(err) }()
 	s, err := o.OpenSubscription(ctx, u)
 	if err != nil {
 		return nil, err
@@ -216,38 +222,55 @@ const Redacted = "REDACTED"
 // hidden even when it is valid: which values are harmless is the
 // adapter's knowledge, and an empty value is shown as empty.
 func RedactURL(u *url.URL) string {
+	shown, _ := redact(u)
+	return shown
+}
+
+// redact is RedactURL, and also returns the parts of u it hid, as u holds
+// them, for scrubbing them out of a driver's text.
+func redact(u *url.URL) (shown string, hidden []string) {
 	if u == nil {
-		return ""
+		return "", nil
 	}
 	var b strings.Builder
-	if u.Scheme != "" {
-		if schemeRE.MatchString(u.Scheme) {
-			b.WriteString(u.Scheme)
+	hide := func(parts ...string) {
+		b.WriteString(Redacted)
+		hidden = append(hidden, parts...)
+	}
+	nameOrHidden := func(s string, re *regexp.Regexp) {
+		if re.MatchString(s) {
+			b.WriteString(s)
 		} else {
-			b.WriteString(Redacted)
+			hide(s)
 		}
+	}
+	if u.Scheme != "" {
+		nameOrHidden(u.Scheme, schemeRE)
 		b.WriteByte(':')
 	}
 	if u.Opaque != "" {
-		writeNameOrRedacted(&b, u.Opaque, pathRE)
+		nameOrHidden(u.Opaque, pathRE)
 	} else {
 		if u.Host != "" || u.User != nil || (u.Scheme != "" && u.Path != "" && !u.OmitHost) {
 			b.WriteString("//")
 		}
 		if u.User != nil {
-			b.WriteString(Redacted + "@")
+			pw, _ := u.User.Password()
+			hide(u.User.String(), u.User.Username(), pw)
+			b.WriteByte('@')
 		}
-		writeNameOrRedacted(&b, u.Host, hostRE)
+		nameOrHidden(u.Host, hostRE)
 		if u.Path != "" {
 			if u.Host != "" && !strings.HasPrefix(u.Path, "/") {
 				b.WriteByte('/')
 			}
 			if pathRE.MatchString(u.Path) {
 				b.WriteString(u.Path)
-			} else if strings.HasPrefix(u.Path, "/") {
-				b.WriteString("/" + Redacted)
 			} else {
-				b.WriteString(Redacted)
+				if strings.HasPrefix(u.Path, "/") {
+					b.WriteByte('/')
+				}
+				hide(u.Path, u.RawPath)
 			}
 		}
 	}
@@ -262,20 +285,21 @@ func RedactURL(u *url.URL) string {
 			if name, err := url.QueryUnescape(k); err == nil && hasValue && plainName(name) {
 				b.WriteString(name)
 			} else if k != "" {
-				b.WriteString(Redacted)
+				hide(k)
 			}
 			if hasValue {
 				b.WriteByte('=')
 				if v != "" {
-					b.WriteString(Redacted)
+					hide(v)
 				}
 			}
 		}
 	}
 	if u.Fragment != "" || u.RawFragment != "" {
-		b.WriteString("#" + Redacted)
+		b.WriteByte('#')
+		hide(u.Fragment, u.RawFragment)
 	}
-	return b.String()
+	return b.String(), hidden
 }
 
 var (
@@ -289,14 +313,6 @@ var (
 )
 
 func plainName(s string) bool { return nameRE.MatchString(s) }
-
-func writeNameOrRedacted(b *strings.Builder, s string, re *regexp.Regexp) {
-	if re.MatchString(s) {
-		b.WriteString(s)
-	} else {
-		b.WriteString(Redacted)
-	}
-}
 
 // QueryParams reads u's query for an adapter's URL opener: every parameter
 // must be one of known and given once. Names are case-sensitive,
