@@ -266,8 +266,8 @@ func TestURLErrorsNeverShowSecrets(t *testing.T) {
 }
 
 // TestServiceBusConnectionStringNeverShown: the connection string comes
-// from the environment and is a secret as a whole; errors about it name
-// the variable and at most its Endpoint host.
+// from the environment and is a secret as a whole; errors about it quote
+// nothing of it.
 func TestServiceBusConnectionStringNeverShown(t *testing.T) {
 	const env = "DEDUPQ_URLTEST_SB"
 	raw := "servicebus://ns.servicebus.windows.net/orders?conn_env=" + env + "&window=10m"
