@@ -171,9 +171,9 @@ func OpenConsumer(ctx context.Context, rawURL string, opts ConsumerOptions) (*Co
 //
 // A URL may carry secrets by mistake (a SharedAccessKey, a token in the
 // user-info, an unknown aws_secret_access_key parameter), so a ParamError
-// never shows a query value, the user-info or the fragment: URL is the
-// RedactURL form, Param is a parameter name, and Reason says what is wrong
-// and what is wanted without quoting the value it refuses.
+// shows only what RedactURL does, which is no value that could be one: URL
+// is the RedactURL form, Param is a parameter name, and Reason says what
+// is wrong and what is wanted without quoting the value it refuses.
 type ParamError struct {
 	// URL is the URL as RedactURL shows it.
 	URL string
@@ -212,15 +212,21 @@ func (e *ParamError) Error() string {
 const Redacted = "REDACTED"
 
 // RedactURL returns u as errors and logs may show it: the scheme, the host
-// and the path, and the query's parameter names, with every query value,
-// the user-info and the fragment replaced by REDACTED (and a query part
-// without '=', which may be a value pasted without a name). The host and the
-// path name the resource, which a reader needs to act on the error, and
-// carry no secret in any backend's URL form; they are shown only when they
-// look like names (no '=', ';', '+', '&', '%', spaces or controls), so that
-// a connection string or key pasted there is hidden too. A query value is
-// hidden even when it is valid: which values are harmless is the
-// adapter's knowledge, and an empty value is shown as empty.
+// and the path, the query's parameter names, and the values a user needs
+// to read back that carry no secret; every other query value, the
+// user-info and the fragment are replaced by REDACTED (and a query part
+// without '=', which may be a value pasted without a name). The host and
+// the path name the resource, which a reader needs to act on the error,
+// and carry no secret in any backend's URL form; they are shown only when
+// they look like names (no '=', ';', '+', '&', '%', spaces or controls),
+// so that a connection string or key pasted there is hidden too. A query
+// value is shown only when it is of a parameter of the scheme's known
+// vocabulary whose values are checked to be harmless (durations, counts,
+// booleans, fixed words, names under the backend's rules) and passes that
+// check: credentials, unknown parameters and whatever may carry a secret
+// (endpoints, variable names) are hidden, and so is a value that fails
+// its check, as a secret pasted into the wrong parameter does. An empty
+// value is shown as empty.
 func RedactURL(u *url.URL) string {
 	shown, _ := redact(u)
 	return shown
@@ -289,7 +295,14 @@ func redact(u *url.URL) (shown string, hidden []string) {
 			}
 			if hasValue {
 				b.WriteByte('=')
-				if v != "" {
+				name, nerr := url.QueryUnescape(k)
+				value, verr := url.QueryUnescape(v)
+				switch {
+				case v == "":
+				case nerr == nil && verr == nil && urlvocab.Shown(u.Scheme, name, value):
+					// As written: it differs from value by escapes at most.
+					b.WriteString(v)
+				default:
 					hide(v)
 				}
 			}

@@ -219,7 +219,9 @@ func plants(t *testing.T, sch scheme) []plantCase {
 			plantCase{"value of " + k, with(k, marker+"!"), false},
 			plantCase{"value of " + k + " with a space", with(k, " "+marker), false},
 			plantCase{"bad escape in " + k, sch.base + "&" + k + "=" + marker + "%zz", true},
-			plantCase{k + " twice", sch.base + "&" + k + "=" + marker + "&" + k + "=" + marker + "2", true},
+			// A name-shaped value of a name parameter is shown: the '!'
+			// keeps it a secret's shape.
+			plantCase{k + " twice", sch.base + "&" + k + "=" + marker + "%21&" + k + "=" + marker + "2%21", true},
 		)
 	}
 	scheme, rest, _ := strings.Cut(sch.base, "://")
