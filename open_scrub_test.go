@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"net/url"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -30,7 +31,7 @@ type quotingOpener struct {
 }
 
 func (o quotingOpener) fail(u *url.URL) error {
-	return fmt.Errorf("fake: Post %q: %w", o.quote(u), errDriver)
+	return fmt.Errorf("fake: Post %s: %w", o.quote(u), errDriver)
 }
 
 func (o quotingOpener) OpenTopic(_ context.Context, u *url.URL) (driver.Topic, error) {
@@ -79,6 +80,9 @@ func TestDriverErrorsShowNoHiddenPart(t *testing.T) {
 		{"endpoint escaped in the query", "fake://q?endpoint=http%3A%2F%2F127.0.0.1%3A1%2F" + secret, func(u *url.URL) string { return u.RawQuery }},
 		{"variable name", "fake://q?conn_env=" + secret, param("conn_env")},
 		{"unknown parameter", "fake://q?colour=" + secret, param("colour")},
+		{"not UTF-8", "fake://q?colour=%F2" + secret + "%F3%F4", param("colour")},
+		{"not UTF-8, quoted", "fake://q?colour=%F2" + secret + "%F3%F4", func(u *url.URL) string { return strconv.Quote(u.Query().Get("colour")) }},
+		{"control characters, quoted", "fake://q?colour=%0A" + secret + "%09", func(u *url.URL) string { return strconv.Quote(u.Query().Get("colour")) }},
 		{"password", "fake://user:" + secret + "@q", func(u *url.URL) string { p, _ := u.User.Password(); return p }},
 		{"token as user", "fake://" + secret + "@q", func(u *url.URL) string { return u.User.Username() }},
 		{"fragment", "fake://q#" + secret, func(u *url.URL) string { return u.Fragment }},

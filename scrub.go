@@ -6,8 +6,10 @@ import (
 	"net/url"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"unicode"
+	"unicode/utf8"
 )
 
 // scrubbedError is an error from a backend opened or read through a URL,
@@ -24,9 +26,13 @@ type scrubbedError struct {
 func (e *scrubbedError) Error() string { return e.msg }
 func (e *scrubbedError) Unwrap() error { return e.err }
 
-// scrubber takes what RedactURL hides of one URL out of texts; nil when it
-// hides nothing.
-type scrubber struct{ re *regexp.Regexp }
+// scrubber takes what RedactURL hides of one URL out of texts: re matches
+// it, nil when nothing is hidden; whole hides every text, for when re
+// could not be made.
+type scrubber struct {
+	re    *regexp.Regexp
+	whole bool
+}
 
 // newScrubber returns the scrubber of u. It matches each hidden part in the
 // forms a driver may quote it in (as written, decoded, escaped, and for a
@@ -56,7 +62,7 @@ func newScrubber(u *url.URL) scrubber {
 	fs = slices.Compact(fs)
 	alts := make([]string, len(fs))
 	for i, f := range fs {
-		alts[i] = regexp.QuoteMeta(f)
+		alts[i] = regexp.QuoteMeta(runeErrors(f))
 		if isWordByte(f[0]) {
 			alts[i] = `\b` + alts[i]
 		}
@@ -64,7 +70,24 @@ func newScrubber(u *url.URL) scrubber {
 			alts[i] += `\b`
 		}
 	}
-	return scrubber{regexp.MustCompile(`(?i)(?:` + strings.Join(alts, "|") + `)`)}
+	re, err := regexp.Compile(`(?i)(?:` + strings.Join(alts, "|") + `)`)
+	if err != nil {
+		return scrubber{whole: true}
+	}
+	return scrubber{re: re}
+}
+
+// runeErrors is s with each byte that is not UTF-8 replaced by U+FFFD,
+// which is what the regexp reads such a byte in a text as.
+func runeErrors(s string) string {
+	if utf8.ValidString(s) {
+		return s
+	}
+	var b strings.Builder
+	for _, r := range s {
+		b.WriteRune(r)
+	}
+	return b.String()
 }
 
 // forms lists the ways a driver may quote the hidden part h.
@@ -77,7 +100,9 @@ func forms(h string) []string {
 		fs = append(fs, d)
 	}
 	for _, d := range slices.Clone(fs) {
-		fs = append(fs, url.QueryEscape(d), url.PathEscape(d))
+		// Quoted with %q, as most error texts quote (url.Error does).
+		q := strconv.Quote(d)
+		fs = append(fs, url.QueryEscape(d), url.PathEscape(d), q[1:len(q)-1])
 		if e, err := url.Parse(d); err == nil && e.Host != "" {
 			// A URL (an endpoint): a client quotes it re-encoded, or its
 			// host or path alone.
@@ -104,7 +129,10 @@ func isWordByte(c byte) bool {
 
 // text returns t with every hidden part replaced by Redacted.
 func (s scrubber) text(t string) string {
-	if s.re == nil {
+	switch {
+	case s.whole:
+		return "(not shown: it may quote a part of the URL that is hidden)"
+	case s.re == nil:
 		return t
 	}
 	return s.re.ReplaceAllLiteralString(t, Redacted)
@@ -112,7 +140,7 @@ func (s scrubber) text(t string) string {
 
 // err returns err with its text scrubbed, wrapping it.
 func (s scrubber) err(err error) error {
-	if err == nil || s.re == nil {
+	if err == nil || s.re == nil && !s.whole {
 		return err
 	}
 	return &scrubbedError{msg: s.text(err.Error()), err: err}
