@@ -12,7 +12,7 @@ import (
 
 // offlineAWS points the AWS SDK at nothing outside the process: static
 // credentials, no shared files, no instance metadata, one attempt per call.
-func offlineAWS(t *testing.T) {
+func offlineAWS(t testing.TB) {
 	t.Helper()
 	for k, v := range map[string]string{
 		"AWS_ACCESS_KEY_ID": "test", "AWS_SECRET_ACCESS_KEY": "test", "AWS_SESSION_TOKEN": "",
