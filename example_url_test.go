@@ -126,7 +126,7 @@ func ExampleInspect() {
 		fmt.Println("first fix:", unsafe.Fixes[0])
 	}
 	// Output:
-	// mem://example-inspect?window=REDACTED&ack_wait=REDACTED&max_deliveries=REDACTED
+	// mem://example-inspect?window=1m&ack_wait=30s&max_deliveries=3
 	// mem dedup window 1m (configured on the entity, given by the program, scope queue example-inspect)
 	// publisher safe: false
 	// consumer safe: true

@@ -54,11 +54,17 @@ type Inspection struct {
 // a URL that asks for a stream or queue to be created is checked against
 // what would be created. The error is non-nil only when the backend could
 // not be opened or read; a failing check is reported in the Inspection.
+// Neither the error nor the Inspection shows anything of the URL that
+// RedactURL hides, even where the driver's own text quoted it.
 func (m *URLMux) Inspect(ctx context.Context, rawURL string, opts InspectOptions) (_ *Inspection, err error) {
 	o, u, err := m.opener(rawURL)
 	if err != nil {
 		return nil, err
 	}
+	// The driver's texts may quote what the URL hides: its errors, and the
+	// scope of a window, which names what the URL named.
+	s := newScrubber(u)
+	defer func() { err = s.err(err) }()
 	in := &Inspection{URL: RedactURL(u), Retry: opts.Publisher.retryPolicy()}
 	topic, err := o.OpenTopic(ctx, u)
 	if err != nil {
@@ -68,6 +74,7 @@ func (m *URLMux) Inspect(ctx context.Context, rawURL string, opts InspectOptions
 	if in.Window, err = topic.Window(ctx); err != nil {
 		return nil, fmt.Errorf("dedupq: reading the dedup window: %w", err)
 	}
+	in.Window.Scope = s.text(in.Window.Scope)
 	in.HiddenRetrySpan = topic.HiddenRetrySpan()
 	in.Publisher = window.CheckPublisher(opts.Publisher.plan(in.Retry, topic, in.Window))
 
@@ -79,6 +86,7 @@ func (m *URLMux) Inspect(ctx context.Context, rawURL string, opts InspectOptions
 	if in.ConsumerWindow, err = sub.Window(ctx); err != nil {
 		return nil, fmt.Errorf("dedupq: reading the dedup window: %w", err)
 	}
+	in.ConsumerWindow.Scope = s.text(in.ConsumerWindow.Scope)
 	if in.Redelivery, err = sub.Redelivery(ctx); err != nil {
 		return nil, fmt.Errorf("dedupq: reading the redelivery policy: %w", err)
 	}

@@ -111,12 +111,16 @@ func parseProblem(err error) string {
 }
 
 // OpenPublisher opens the backend named by rawURL and wraps it in a
-// Publisher, running the same startup check as NewPublisher.
-func (m *URLMux) OpenPublisher(ctx context.Context, rawURL string, opts PublisherOptions) (*Publisher, error) {
+// Publisher, running the same startup check as NewPublisher. Its error
+// shows nothing of the URL that RedactURL hides, even where the driver's
+// own text quoted it (an SDK quotes its endpoint); errors.Is and errors.As
+// still find the driver's error.
+func (m *URLMux) OpenPublisher(ctx context.Context, rawURL string, opts PublisherOptions) (_ *Publisher, err error) {
 	o, u, err := m.opener(rawURL)
 	if err != nil {
 		return nil, err
 	}
+	defer func() { err = newScrubber(u).err(err) }()
 	t, err := o.OpenTopic(ctx, u)
 	if err != nil {
 		return nil, err
@@ -129,12 +133,14 @@ func (m *URLMux) OpenPublisher(ctx context.Context, rawURL string, opts Publishe
 }
 
 // OpenConsumer opens the backend named by rawURL and wraps it in a
-// Consumer, running the same startup check as NewConsumer.
-func (m *URLMux) OpenConsumer(ctx context.Context, rawURL string, opts ConsumerOptions) (*Consumer, error) {
+// Consumer, running the same startup check as NewConsumer. Its error
+// shows nothing of the URL that RedactURL hides, as OpenPublisher's.
+func (m *URLMux) OpenConsumer(ctx context.Context, rawURL string, opts ConsumerOptions) (_ *Consumer, err error) {
 	o, u, err := m.opener(rawURL)
 	if err != nil {
 		return nil, err
 	}
+	defer func() { err = newScrubber(u).err(err) }()
 	s, err := o.OpenSubscription(ctx, u)
 	if err != nil {
 		return nil, err
@@ -165,9 +171,9 @@ func OpenConsumer(ctx context.Context, rawURL string, opts ConsumerOptions) (*Co
 //
 // A URL may carry secrets by mistake (a SharedAccessKey, a token in the
 // user-info, an unknown aws_secret_access_key parameter), so a ParamError
-// never shows a query value, the user-info or the fragment: URL is the
-// RedactURL form, Param is a parameter name, and Reason says what is wrong
-// and what is wanted without quoting the value it refuses.
+// shows only what RedactURL does, which is no value that could be one: URL
+// is the RedactURL form, Param is a parameter name, and Reason says what
+// is wrong and what is wanted without quoting the value it refuses.
 type ParamError struct {
 	// URL is the URL as RedactURL shows it.
 	URL string
@@ -206,48 +212,71 @@ func (e *ParamError) Error() string {
 const Redacted = "REDACTED"
 
 // RedactURL returns u as errors and logs may show it: the scheme, the host
-// and the path, and the query's parameter names, with every query value,
-// the user-info and the fragment replaced by REDACTED (and a query part
-// without '=', which may be a value pasted without a name). The host and the
-// path name the resource, which a reader needs to act on the error, and
-// carry no secret in any backend's URL form; they are shown only when they
-// look like names (no '=', ';', '+', '&', '%', spaces or controls), so that
-// a connection string or key pasted there is hidden too. A query value is
-// hidden even when it is valid: which values are harmless is the
-// adapter's knowledge, and an empty value is shown as empty.
+// and the path, the query's parameter names, and the values a user needs
+// to read back that carry no secret; every other query value, the
+// user-info and the fragment are replaced by REDACTED (and a query part
+// without '=', which may be a value pasted without a name). The host and
+// the path name the resource, which a reader needs to act on the error,
+// and carry no secret in any backend's URL form; they are shown only when
+// they look like names (no '=', ';', '+', '&', '%', spaces or controls),
+// so that a connection string or key pasted there is hidden too. A query
+// value is shown only when it is of a parameter of the scheme's known
+// vocabulary whose values are checked to be harmless (durations, counts,
+// booleans, fixed words, names under the backend's rules) and passes that
+// check: credentials, unknown parameters and whatever may carry a secret
+// (endpoints, variable names) are hidden, and so is a value that fails
+// its check, as a secret pasted into the wrong parameter does. An empty
+// value is shown as empty.
 func RedactURL(u *url.URL) string {
+	shown, _ := redact(u)
+	return shown
+}
+
+// redact is RedactURL, and also returns the parts of u it hid, as u holds
+// them, for scrubbing them out of a driver's text.
+func redact(u *url.URL) (shown string, hidden []string) {
 	if u == nil {
-		return ""
+		return "", nil
 	}
 	var b strings.Builder
-	if u.Scheme != "" {
-		if schemeRE.MatchString(u.Scheme) {
-			b.WriteString(u.Scheme)
+	hide := func(parts ...string) {
+		b.WriteString(Redacted)
+		hidden = append(hidden, parts...)
+	}
+	nameOrHidden := func(s string, re *regexp.Regexp) {
+		if re.MatchString(s) {
+			b.WriteString(s)
 		} else {
-			b.WriteString(Redacted)
+			hide(s)
 		}
+	}
+	if u.Scheme != "" {
+		nameOrHidden(u.Scheme, schemeRE)
 		b.WriteByte(':')
 	}
 	if u.Opaque != "" {
-		writeNameOrRedacted(&b, u.Opaque, pathRE)
+		nameOrHidden(u.Opaque, pathRE)
 	} else {
 		if u.Host != "" || u.User != nil || (u.Scheme != "" && u.Path != "" && !u.OmitHost) {
 			b.WriteString("//")
 		}
 		if u.User != nil {
-			b.WriteString(Redacted + "@")
+			pw, _ := u.User.Password()
+			hide(u.User.String(), u.User.Username(), pw)
+			b.WriteByte('@')
 		}
-		writeNameOrRedacted(&b, u.Host, hostRE)
+		nameOrHidden(u.Host, hostRE)
 		if u.Path != "" {
 			if u.Host != "" && !strings.HasPrefix(u.Path, "/") {
 				b.WriteByte('/')
 			}
 			if pathRE.MatchString(u.Path) {
 				b.WriteString(u.Path)
-			} else if strings.HasPrefix(u.Path, "/") {
-				b.WriteString("/" + Redacted)
 			} else {
-				b.WriteString(Redacted)
+				if strings.HasPrefix(u.Path, "/") {
+					b.WriteByte('/')
+				}
+				hide(u.Path, u.RawPath)
 			}
 		}
 	}
@@ -262,20 +291,28 @@ func RedactURL(u *url.URL) string {
 			if name, err := url.QueryUnescape(k); err == nil && hasValue && plainName(name) {
 				b.WriteString(name)
 			} else if k != "" {
-				b.WriteString(Redacted)
+				hide(k)
 			}
 			if hasValue {
 				b.WriteByte('=')
-				if v != "" {
-					b.WriteString(Redacted)
+				name, nerr := url.QueryUnescape(k)
+				value, verr := url.QueryUnescape(v)
+				switch {
+				case v == "":
+				case nerr == nil && verr == nil && urlvocab.Shown(u.Scheme, name, value):
+					// As written: it differs from value by escapes at most.
+					b.WriteString(v)
+				default:
+					hide(v)
 				}
 			}
 		}
 	}
 	if u.Fragment != "" || u.RawFragment != "" {
-		b.WriteString("#" + Redacted)
+		b.WriteByte('#')
+		hide(u.Fragment, u.RawFragment)
 	}
-	return b.String()
+	return b.String(), hidden
 }
 
 var (
@@ -289,14 +326,6 @@ var (
 )
 
 func plainName(s string) bool { return nameRE.MatchString(s) }
-
-func writeNameOrRedacted(b *strings.Builder, s string, re *regexp.Regexp) {
-	if re.MatchString(s) {
-		b.WriteString(s)
-	} else {
-		b.WriteString(Redacted)
-	}
-}
 
 // QueryParams reads u's query for an adapter's URL opener: every parameter
 // must be one of known and given once. Names are case-sensitive,

@@ -47,8 +47,8 @@ func TestOpenErrors(t *testing.T) {
 func TestRedactURL(t *testing.T) {
 	tests := []struct{ raw, want string }{
 		{"mem://orders", "mem://orders"},
-		{"jetstream://127.0.0.1:4222/ORDERS?subject=orders&durable=", "jetstream://127.0.0.1:4222/ORDERS?subject=REDACTED&durable="},
-		{"servicebus://ns.servicebus.windows.net/q?SharedAccessKey=abc%2Bdef&window=2m", "servicebus://ns.servicebus.windows.net/q?SharedAccessKey=REDACTED&window=REDACTED"},
+		{"jetstream://127.0.0.1:4222/ORDERS?subject=orders&durable=", "jetstream://127.0.0.1:4222/ORDERS?subject=orders&durable="},
+		{"servicebus://ns.servicebus.windows.net/q?SharedAccessKey=abc%2Bdef&window=2m", "servicebus://ns.servicebus.windows.net/q?SharedAccessKey=REDACTED&window=2m"},
 		{"sqs://q.fifo?aws_secret_access_key=wJalrXUtnFEMI", "sqs://q.fifo?aws_secret_access_key=REDACTED"},
 		{"jetstream://s3cr3tToken@h:4222/S", "jetstream://REDACTED@h:4222/S"},
 		{"jetstream://user:s3cr3t@h/S", "jetstream://REDACTED@h/S"},
@@ -71,6 +71,56 @@ func TestRedactURL(t *testing.T) {
 			}
 			if got := dedupq.RedactURL(u); got != tt.want {
 				t.Errorf("RedactURL = %q, want %q", got, tt.want)
+			}
+		})
+	}
+}
+
+// TestRedactURLShowsHarmlessValues (issue 23, section 3): a user reads
+// back the values of the known vocabulary that are checked to be
+// harmless, and nothing else: not a credential, an unknown parameter, an
+// endpoint, a variable's name, nor a value that fails its kind's check.
+func TestRedactURLShowsHarmlessValues(t *testing.T) {
+	tests := []struct{ raw, want string }{
+		// The issue's own example, and every kind of harmless value.
+		{"jetstream://embedded/ORDERS?subject=orders&durable=worker&create=true&max_deliveries=5",
+			"jetstream://embedded/ORDERS?subject=orders&durable=worker&create=true&max_deliveries=5"},
+		{"jetstream://h/S?subject=orders.eu-1&storage=memory&window=2m&ack_wait=1.5s&backoff=1s,10s&max_batch=100&max_deliveries=-1",
+			"jetstream://h/S?subject=orders.eu-1&storage=memory&window=2m&ack_wait=1.5s&backoff=1s,10s&max_batch=100&max_deliveries=-1"},
+		{"mem://q?window=0&seed=42&dup_publish=0.1&lost_ack=1e-3", "mem://q?window=0&seed=42&dup_publish=0.1&lost_ack=1e-3"},
+		{"sqs://q.fifo?region=eu-west-1&terminate=delete&hash_long_ids=false&group=g_1&wait_time=20s&delete_linger=5ms",
+			"sqs://q.fifo?region=eu-west-1&terminate=delete&hash_long_ids=false&group=g_1&wait_time=20s&delete_linger=5ms"},
+		{"servicebus://ns/q?window=none&kind=queue&max_message_bytes=1024", "servicebus://ns/q?window=none&kind=queue&max_message_bytes=1024"},
+		{"pubsub://p/t?publish_timeout=1m&max_extension=1h&max_outstanding=10", "pubsub://p/t?publish_timeout=1m&max_extension=1h&max_outstanding=10"},
+		// What may carry a secret: always hidden.
+		{"sqs://q.fifo?endpoint=http://127.0.0.1:4566", "sqs://q.fifo?endpoint=REDACTED"},
+		{"servicebus://ns/q?conn_env=SB_CONN", "servicebus://ns/q?conn_env=REDACTED"},
+		{"pubsub://p/t?emulator=127.0.0.1:8085", "pubsub://p/t?emulator=REDACTED"},
+		{"jetstream://h/S?token=abc&colour=blue", "jetstream://h/S?token=REDACTED&colour=REDACTED"},
+		// A parameter of another scheme, or of no scheme of this module.
+		{"sqs://q.fifo?durable=worker", "sqs://q.fifo?durable=REDACTED"},
+		{"kafka://h/t?window=2m", "kafka://h/t?window=REDACTED"},
+		// A value that fails its kind's check, as a secret pasted there does.
+		{"jetstream://h/S?durable=s3cr3t%2Bkey%3D&subject=a/b", "jetstream://h/S?durable=REDACTED&subject=REDACTED"},
+		{"jetstream://h/S?durable=w.x&subject=a..b&storage=disk", "jetstream://h/S?durable=REDACTED&subject=REDACTED&storage=REDACTED"},
+		{"jetstream://h/S?window=2m%20&ack_wait=soon&max_deliveries=5x&create=yes&backoff=1s,,2s",
+			"jetstream://h/S?window=REDACTED&ack_wait=REDACTED&max_deliveries=REDACTED&create=REDACTED&backoff=REDACTED"},
+		{"mem://q?dup_publish=2&seed=0x10&lost_ack=NaN", "mem://q?dup_publish=REDACTED&seed=REDACTED&lost_ack=REDACTED"},
+		{"sqs://q.fifo?region=s3cr3t&group=a%2Bb", "sqs://q.fifo?region=REDACTED&group=REDACTED"},
+		{"jetstream://h/S?Durable=worker", "jetstream://h/S?Durable=REDACTED"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.raw, func(t *testing.T) {
+			u, err := url.Parse(tt.raw)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := dedupq.RedactURL(u); got != tt.want {
+				t.Errorf("RedactURL = %q, want %q", got, tt.want)
+			}
+			// What a ParamError shows of it is the same.
+			if got := dedupq.NewParamError(u, "x", "r").Error(); !strings.Contains(got, fmt.Sprintf("%q", tt.want)) {
+				t.Errorf("ParamError = %s, want the URL shown as %q", got, tt.want)
 			}
 		})
 	}

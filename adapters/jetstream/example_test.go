@@ -59,5 +59,5 @@ func ExampleParseURL() {
 	fmt.Println(err)
 	// Output:
 	// nats://127.0.0.1:4222 ORDERS orders 1m0s <nil>
-	// dedupq: URL "jetstream://127.0.0.1:4222/ORDERS?subject=REDACTED&ack_wait=REDACTED": parameter "ack_wait": not a duration such as 30s or 2m
+	// dedupq: URL "jetstream://127.0.0.1:4222/ORDERS?subject=orders&ack_wait=REDACTED": parameter "ack_wait": not a duration such as 30s or 2m
 }

@@ -207,19 +207,22 @@ func (o *URLOpener) connect(u *url.URL) (URLConfig, *azservicebus.Client, error)
 	if err != nil {
 		return c, nil, err
 	}
+	// The variable's name is a URL value and its content a secret: a
+	// reason names the variable only when it is the default, and quotes
+	// nothing read from it, not even the namespace (see dedupq.ParamError).
+	which := "the variable conn_env names"
+	if !u.Query().Has("conn_env") {
+		which = "environment variable " + DefaultConnEnv
+	}
 	cs := os.Getenv(c.ConnEnv)
 	if cs == "" {
-		return c, nil, dedupq.NewParamError(u, "conn_env", fmt.Sprintf("environment variable %s holds no connection string", c.ConnEnv))
+		return c, nil, dedupq.NewParamError(u, "conn_env", which+" holds no connection string")
 	}
-	if host, err := endpointHost(cs); err != nil || !strings.EqualFold(host, c.Namespace) {
-		if !hostRE.MatchString(host) {
-			host = dedupq.Redacted
-		}
-		reason := fmt.Sprintf("the connection string in %s is for another namespace (%s), not the URL's host", c.ConnEnv, host)
-		if err != nil {
-			reason = fmt.Sprintf("the connection string in %s: %v", c.ConnEnv, err)
-		}
-		return c, nil, dedupq.NewParamError(u, "conn_env", reason)
+	switch host, err := endpointHost(cs); {
+	case err != nil:
+		return c, nil, dedupq.NewParamError(u, "conn_env", fmt.Sprintf("the connection string in %s: %v", which, err))
+	case !strings.EqualFold(host, c.Namespace):
+		return c, nil, dedupq.NewParamError(u, "conn_env", "the connection string in "+which+" is for another namespace than the URL's host")
 	}
 	if c.Options.Stated == nil {
 		a, err := admin.NewClientFromConnectionString(cs, nil)

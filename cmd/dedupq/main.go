@@ -15,7 +15,11 @@
 //
 // The retry policy is DefaultRetryPolicy's, changed by --policy FILE (a
 // JSON object with the flags' names as keys, durations as strings such as
-// "10s") and then by the flags given. No URL query value is ever printed.
+// "10s") and then by the flags given. Of a URL it prints what
+// dedupq.RedactURL shows: of the query, only the values of known
+// parameters that are checked to carry no secret (durations, counts,
+// booleans, names); a backend's error is printed without whatever that
+// hides.
 //
 // outbox status prints how many rows of a transactional outbox (package
 // outbox) wait to be published, how many the relay parked, and the age of

@@ -157,6 +157,30 @@ func TestCheckNoServices(t *testing.T) {
 	}
 }
 
+// TestCheckHidesDriverErrors (issue 23, defect 7): a backend's SDK quotes
+// what the URL gave it, the SQS endpoint with its path, in the error check
+// prints; the endpoint is hidden there too. The endpoint is a loopback port
+// nothing listens on: no service.
+func TestCheckHidesDriverErrors(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := l.Addr().String()
+	l.Close()
+	_, port, _ := net.SplitHostPort(addr)
+	aws := []string{
+		"AWS_ACCESS_KEY_ID=test", "AWS_SECRET_ACCESS_KEY=test", "AWS_EC2_METADATA_DISABLED=true", "AWS_MAX_ATTEMPTS=1",
+		"AWS_CONFIG_FILE=/nonexistent", "AWS_SHARED_CREDENTIALS_FILE=/nonexistent", "AWS_PROFILE=",
+	}
+	for _, c := range []cmdCase{
+		{golden: "sqs-refused", args: []string{"check", "sqs://orders.fifo?region=us-east-1&endpoint=http://" + addr + "/" + secret}, wantCode: 2,
+			env: aws, replace: map[string]string{port: "PORT"}},
+	} {
+		t.Run(c.golden, func(t *testing.T) { runCase(t, c) })
+	}
+}
+
 // TestUsage: usage errors exit 64 and print nothing on stdout.
 func TestUsage(t *testing.T) {
 	for _, args := range [][]string{nil, {"frobnicate"}, {"check"}, {"check", "--jitter", "2", "mem://q"}, {"check", "--no-such-flag", "mem://q"}} {

@@ -14,8 +14,8 @@ import (
 )
 
 // report is what check prints for one URL, as text or JSON. Every string
-// in it comes from a redacted URL or from dedupq's own messages, which
-// quote no URL value.
+// in it comes from a redacted URL or from Inspect, which shows nothing
+// that RedactURL hides.
 type report struct {
 	URL string `json:"url"`
 	// Error says why the URL could not be opened or read; the fields

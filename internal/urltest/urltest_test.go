@@ -1,15 +1,18 @@
 // Talks to: no service. URLs that fail validation must fail before any
-// dial; accepted jetstream URLs dial a loopback port nothing listens on,
-// accepted mem URLs open in-process brokers, accepted servicebus URLs stop
-// at a missing connection-string variable, and accepted sqs and pubsub
-// URLs are not opened (they would reach AWS or Google). It also reads
-// ../../README.md, whose parameter table must match the adapters.
+// dial; accepted jetstream URLs, and sqs URLs with an endpoint, dial a
+// loopback port nothing listens on, accepted mem URLs open in-process
+// brokers, accepted servicebus URLs stop at a missing connection-string
+// variable, and other accepted sqs URLs and pubsub URLs are not opened
+// (they would reach AWS or Google). It also reads ../../README.md, whose
+// parameter table must match the adapters.
 package urltest
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net"
 	"net/url"
 	"os"
@@ -25,6 +28,7 @@ import (
 	"github.com/dedupq/dedupq/adapters/servicebus"
 	"github.com/dedupq/dedupq/adapters/sqs"
 	"github.com/dedupq/dedupq/internal/urlvocab"
+	"github.com/dedupq/dedupq/window"
 )
 
 // marker is planted wherever a secret could be; no error may show it.
@@ -40,34 +44,42 @@ type scheme struct {
 	// parse is the adapter's validation, which touches no network; nil
 	// means opening itself touches none (mem).
 	parse func(*url.URL) error
-	// open says whether an accepted URL may be opened here.
-	open bool
+	// openable says whether an accepted URL may be opened here, without
+	// reaching anything outside the process; nil means never.
+	openable func(*url.URL) bool
 }
 
 // unsetEnv names a connection-string variable no test sets.
 const unsetEnv = "DEDUPQ_URLTEST_UNSET"
 
-func schemes(t testing.TB) []scheme {
+// schemes are the registered schemes; their URLs that can be opened
+// reach addr, a loopback port nothing listens on, or nothing at all.
+func schemes(t testing.TB, addr string) []scheme {
 	t.Helper()
 	return []scheme{
 		{
-			name:  "mem",
-			base:  "mem://urltest?window=2m",
-			known: urlvocab.Params("mem"),
-			open:  true,
+			name:     "mem",
+			base:     "mem://urltest?window=2m",
+			known:    urlvocab.Params("mem"),
+			openable: func(*url.URL) bool { return true },
 		},
 		{
-			name:  "jetstream",
-			base:  "jetstream://" + refusingAddr(t) + "/S?subject=s&durable=d",
-			known: urlvocab.Params("jetstream"),
-			parse: func(u *url.URL) error { _, _, err := jetstream.ParseURL(u); return err },
-			open:  true,
+			name:     "jetstream",
+			base:     "jetstream://" + addr + "/S?subject=s&durable=d",
+			known:    urlvocab.Params("jetstream"),
+			parse:    func(u *url.URL) error { _, _, err := jetstream.ParseURL(u); return err },
+			openable: func(u *url.URL) bool { return u.Host == addr },
 		},
 		{
 			name:  "sqs",
-			base:  "sqs://q.fifo?region=eu-west-1",
+			base:  "sqs://q.fifo?region=eu-west-1&endpoint=http://" + addr + "/",
 			known: urlvocab.Params("sqs"),
 			parse: func(u *url.URL) error { _, _, _, _, err := sqs.ParseURL(u); return err },
+			// The SDK then talks to the endpoint only (see offlineAWS).
+			openable: func(u *url.URL) bool {
+				e, err := url.Parse(u.Query().Get("endpoint"))
+				return err == nil && e.Host == addr
+			},
 		},
 		{
 			name:  "pubsub",
@@ -80,7 +92,11 @@ func schemes(t testing.TB) []scheme {
 			base:  "servicebus://ns.servicebus.windows.net/orders?conn_env=" + unsetEnv + "&window=10m",
 			known: urlvocab.Params("servicebus"),
 			parse: func(u *url.URL) error { _, err := servicebus.ParseURL(u); return err },
-			open:  true,
+			// Opening stops at the missing connection string.
+			openable: func(u *url.URL) bool {
+				c, err := servicebus.ParseURL(u)
+				return err == nil && os.Getenv(c.ConnEnv) == ""
+			},
 		},
 	}
 }
@@ -106,12 +122,33 @@ func showsMarker(err error) string {
 	if errors.As(err, &pe) {
 		texts = append(texts, fmt.Sprintf("%#v", *pe))
 	}
+	return textShowing(texts...)
+}
+
+// textShowing returns the first of texts that shows the marker, in any
+// case, or "".
+func textShowing(texts ...string) string {
 	for _, s := range texts {
 		if strings.Contains(strings.ToLower(s), strings.ToLower(marker)) {
 			return s
 		}
 	}
 	return ""
+}
+
+// inspectionTexts are the texts dedupq check prints of an Inspection.
+func inspectionTexts(in *dedupq.Inspection) []string {
+	texts := []string{in.URL, in.Window.String(), in.ConsumerWindow.String(), in.Redelivery.String(), in.Retry.String()}
+	for _, err := range []error{in.Publisher, in.Consumer} {
+		if err != nil {
+			texts = append(texts, err.Error())
+			var ue *window.UnsafeRetryError
+			if errors.As(err, &ue) {
+				texts = append(texts, ue.Fixes...)
+			}
+		}
+	}
+	return texts
 }
 
 // outcome is what checkURL saw.
@@ -124,9 +161,10 @@ const (
 )
 
 // checkURL validates raw with sch and opens it where that is safe,
-// failing t if any error shows the marker. A URL the adapter refuses must
-// fail to open too, without dialing (the jetstream address refuses, and
-// the others would fail with a network error other than a ParamError).
+// failing t if any error, any text of Inspect's and any log line shows
+// the marker. A URL the adapter refuses must fail to open too, without
+// dialing (the jetstream address refuses, and the others would fail with
+// a network error other than a ParamError).
 func checkURL(t *testing.T, sch scheme, raw string, openAccepted bool) outcome {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -141,16 +179,28 @@ func checkURL(t *testing.T, sch scheme, raw string, openAccepted bool) outcome {
 		}
 	}
 	openBoth := func() (pubErr, conErr error) {
+		t.Helper()
 		p, pubErr := dedupq.OpenPublisher(ctx, raw, dedupq.PublisherOptions{})
 		if pubErr == nil {
 			p.Close(ctx)
 		}
-		c, conErr := dedupq.OpenConsumer(ctx, raw, dedupq.ConsumerOptions{})
+		var logs bytes.Buffer
+		c, conErr := dedupq.OpenConsumer(ctx, raw, dedupq.ConsumerOptions{Logger: slog.New(slog.NewTextHandler(&logs, nil))})
 		if conErr == nil {
 			c.Close(ctx)
 		}
+		in, inErr := dedupq.Inspect(ctx, raw, dedupq.InspectOptions{DedupTTL: time.Minute})
 		check("OpenPublisher", pubErr)
 		check("OpenConsumer", conErr)
+		check("Inspect", inErr)
+		if s := textShowing(logs.String()); s != "" {
+			t.Errorf("the consumer's log of %q shows the planted secret: %s", raw, s)
+		}
+		if in != nil {
+			if s := textShowing(inspectionTexts(in)...); s != "" {
+				t.Errorf("Inspect of %q shows the planted secret: %s", raw, s)
+			}
+		}
 		return pubErr, conErr
 	}
 	u, err := url.Parse(raw)
@@ -165,7 +215,7 @@ func checkURL(t *testing.T, sch scheme, raw string, openAccepted bool) outcome {
 		t.Errorf("RedactURL(%q) = %q", raw, s)
 	}
 	if sch.parse == nil {
-		if openAccepted {
+		if openAccepted && sch.openable(u) {
 			if pubErr, conErr := openBoth(); pubErr != nil && conErr != nil {
 				return refused
 			}
@@ -184,7 +234,7 @@ func checkURL(t *testing.T, sch scheme, raw string, openAccepted bool) outcome {
 		}
 		return refused
 	}
-	if openAccepted && sch.open {
+	if openAccepted && sch.openable != nil && sch.openable(u) {
 		openBoth()
 	}
 	return accepted
@@ -198,7 +248,7 @@ type plantCase struct {
 	mustRefuse bool
 }
 
-func plants(t *testing.T, sch scheme) []plantCase {
+func plants(t *testing.T, sch scheme, addr string) []plantCase {
 	base, err := url.Parse(sch.base)
 	if err != nil {
 		t.Fatal(err)
@@ -219,7 +269,9 @@ func plants(t *testing.T, sch scheme) []plantCase {
 			plantCase{"value of " + k, with(k, marker+"!"), false},
 			plantCase{"value of " + k + " with a space", with(k, " "+marker), false},
 			plantCase{"bad escape in " + k, sch.base + "&" + k + "=" + marker + "%zz", true},
-			plantCase{k + " twice", sch.base + "&" + k + "=" + marker + "&" + k + "=" + marker + "2", true},
+			// A name-shaped value of a name parameter is shown: the '!'
+			// keeps it a secret's shape.
+			plantCase{k + " twice", sch.base + "&" + k + "=" + marker + "%21&" + k + "=" + marker + "2%21", true},
 		)
 	}
 	scheme, rest, _ := strings.Cut(sch.base, "://")
@@ -239,6 +291,12 @@ func plants(t *testing.T, sch scheme) []plantCase {
 		plantCase{"connection string as path", scheme + "://" + host + "/;SharedAccessKey=" + marker, true},
 		plantCase{"connection string as host", scheme + "://ns;SharedAccessKey=" + marker + path, true},
 	)
+	// In each value, as a name where that is hidden (the endpoint's path,
+	// the variable conn_env names), and in a shape no shown parameter
+	// takes.
+	for i, raw := range plantings(base, addr) {
+		cs = append(cs, plantCase{fmt.Sprintf("planting %d", i), raw, false})
+	}
 	return cs
 }
 
@@ -246,7 +304,9 @@ func plants(t *testing.T, sch scheme) []plantCase {
 // every registered scheme's URL: no error, from validation or from
 // opening, shows it.
 func TestURLErrorsNeverShowSecrets(t *testing.T) {
-	all := schemes(t)
+	offlineAWS(t)
+	addr := refusingAddr(t)
+	all := schemes(t, addr)
 	var names []string
 	for _, s := range all {
 		names = append(names, s.name)
@@ -255,7 +315,7 @@ func TestURLErrorsNeverShowSecrets(t *testing.T) {
 		t.Fatalf("registered schemes %v, this test covers %v: add the new adapter here", got, names)
 	}
 	for _, sch := range all {
-		for _, pc := range plants(t, sch) {
+		for _, pc := range plants(t, sch, addr) {
 			t.Run(sch.name+"/"+pc.name, func(t *testing.T) {
 				if got := checkURL(t, sch, pc.raw, true); pc.mustRefuse && got == accepted {
 					t.Errorf("%q was accepted, want it refused", pc.raw)
@@ -266,8 +326,8 @@ func TestURLErrorsNeverShowSecrets(t *testing.T) {
 }
 
 // TestServiceBusConnectionStringNeverShown: the connection string comes
-// from the environment and is a secret as a whole; errors about it name
-// the variable and at most its Endpoint host.
+// from the environment and is a secret as a whole; errors about it quote
+// nothing of it.
 func TestServiceBusConnectionStringNeverShown(t *testing.T) {
 	const env = "DEDUPQ_URLTEST_SB"
 	raw := "servicebus://ns.servicebus.windows.net/orders?conn_env=" + env + "&window=10m"
@@ -293,21 +353,27 @@ func TestServiceBusConnectionStringNeverShown(t *testing.T) {
 }
 
 // FuzzURLErrorsNeverEchoQuery: for any URL, of any registered scheme, with
-// the marker appended to every query value, the user-info and the
-// fragment, no error shows the marker. Only mem URLs are opened when
-// accepted; refused URLs of every scheme are opened too, and must fail
-// before dialing.
+// the marker planted in every query value (an endpoint's path, the
+// variable conn_env names, the values of shown parameters), the
+// user-info and the fragment, no error, no text of Inspect's and no log
+// line shows the marker. Accepted URLs are opened where that reaches
+// nothing outside the process (see schemes); refused URLs of every scheme
+// are opened too, and must fail before dialing.
 func FuzzURLErrorsNeverEchoQuery(f *testing.F) {
-	for _, s := range schemes(f) {
+	offlineAWS(f)
+	addr := refusingAddr(f)
+	all := schemes(f, addr)
+	for _, s := range all {
 		_, rest, _ := strings.Cut(s.base, "://")
 		f.Add(rest)
 		f.Add(rest + "&colour=blue#frag")
 		f.Add("user:pw@" + rest + "&token=x")
 	}
-	for _, s := range []string{"h/S?subject=a&backoff=1s,,2s&max_deliveries=x", "q.fifo?endpoint=http://u:p@h:1/?x=1", "ns/t/subscriptions/s?kind=queue&x", "p/orders?emulator=a@b:1"} {
+	for _, s := range []string{"h/S?subject=a&backoff=1s,,2s&max_deliveries=x", "q.fifo?endpoint=http://u:p@h:1/?x=1",
+		"q.fifo?region=eu-west-1&endpoint=https://" + addr + "/a/b/&group=g", "ns/t/subscriptions/s?kind=queue&x",
+		"ns/q?window=1m&conn_env=SB_CONN", "p/orders?emulator=a@b:1"} {
 		f.Add(s)
 	}
-	all := schemes(f)
 	f.Fuzz(func(t *testing.T, rest string) {
 		if strings.Contains(strings.ToLower(rest), strings.ToLower(marker)) {
 			return
@@ -317,23 +383,66 @@ func FuzzURLErrorsNeverEchoQuery(f *testing.F) {
 			if err != nil {
 				continue
 			}
-			checkURL(t, sch, planted(u), sch.parse == nil)
+			for _, raw := range plantings(u, addr) {
+				checkURL(t, sch, raw, true)
+			}
 		}
 	})
 }
 
-// planted is u with the marker appended to every query value (and every
-// part without '='), the user-info and the fragment.
-func planted(u *url.URL) string {
+// plantings are u with the marker planted: in every query value at once
+// after a '!', and in each value alone, both as a name and after a '!';
+// in the user-info and the fragment (see plant).
+func plantings(u *url.URL, addr string) []string {
+	n := 0
+	if u.RawQuery != "" {
+		n = strings.Count(u.RawQuery, "&") + 1
+	}
+	out := []string{plant(u, addr, -1, true)}
+	for i := range n {
+		out = append(out, plant(u, addr, i, false), plant(u, addr, i, true))
+	}
+	return slices.Compact(out)
+}
+
+// plant is u with the marker appended to query piece i (every piece when
+// i < 0), the user-info and the fragment. A value that is an http(s) URL
+// gets it in its path instead, and addr as its host, so that opening it
+// reaches nothing outside the process. The marker is appended as a name,
+// unless bang or unless the value would then be shown (a name parameter
+// shows a name): then after a '!', which no shown value has.
+func plant(u *url.URL, addr string, i int, bang bool) string {
 	v := *u
 	if v.RawQuery != "" {
 		pieces := strings.Split(v.RawQuery, "&")
-		for i, p := range pieces {
+		for j, p := range pieces {
+			if i >= 0 && j != i {
+				continue
+			}
+			k, val, ok := strings.Cut(p, "=")
+			name, nerr := url.QueryUnescape(k)
+			value, verr := url.QueryUnescape(val)
 			switch {
-			case strings.Contains(p, "="):
-				pieces[i] = p + "%21" + marker
-			case p != "":
-				pieces[i] = p + marker
+			case !ok:
+				if p != "" {
+					pieces[j] = p + marker
+				}
+			case nerr != nil || verr != nil:
+				pieces[j] = p + "%21" + marker
+			default:
+				if e, err := url.Parse(value); err == nil && (e.Scheme == "http" || e.Scheme == "https") && e.Host != "" {
+					e.Host = addr
+					e.Path = strings.TrimSuffix(e.Path, "/") + "/" + marker
+					if bang {
+						e.Path += "!"
+					}
+					value = e.String()
+				} else if plain := value + marker; !bang && !urlvocab.Shown(v.Scheme, name, plain) {
+					value = plain
+				} else {
+					value += "!" + marker
+				}
+				pieces[j] = k + "=" + url.QueryEscape(value)
 			}
 		}
 		v.RawQuery = strings.Join(pieces, "&")
@@ -381,7 +490,7 @@ func parseErr(t *testing.T, sch scheme, raw string) *dedupq.ParamError {
 // parameters internal/urlvocab lists for its scheme, which the hints and
 // the README table are made from.
 func TestKnownParamsAreTheVocabulary(t *testing.T) {
-	for _, sch := range schemes(t) {
+	for _, sch := range schemes(t, refusingAddr(t)) {
 		t.Run(sch.name, func(t *testing.T) {
 			pe := parseErr(t, sch, sch.base+"&colour="+marker)
 			_, list, ok := strings.Cut(pe.Reason, "(known: ")
@@ -428,7 +537,7 @@ func TestUnknownParamHints(t *testing.T) {
 	}
 	// And every parameter of every scheme, on every scheme that lacks it,
 	// and in upper case on every scheme that has it.
-	all := schemes(t)
+	all := schemes(t, refusingAddr(t))
 	for _, from := range all {
 		for _, p := range from.known {
 			for _, on := range all {
@@ -491,7 +600,7 @@ func TestREADMEListsEveryParameter(t *testing.T) {
 		rows[c[0]] = c
 		order = append(order, c[0])
 	}
-	all := schemes(t)
+	all := schemes(t, refusingAddr(t))
 	takers := map[string][]string{}
 	for _, s := range all {
 		if _, ok := column[s.name]; !ok {

@@ -3,7 +3,9 @@
 // earlier dedupq versions) use for the same settings. dedupq.QueryParams
 // uses it to answer an unknown parameter with a hint, even when the backend
 // the name belongs to is not linked into the program, which is when a
-// user who pasted another backend's URL needs it most.
+// user who pasted another backend's URL needs it most. dedupq.RedactURL
+// uses it to show the values a user needs to read back and that carry no
+// secret.
 //
 // The tables are never written; the functions return copies. The
 // cross-adapter tests in internal/urltest check them against what each
@@ -14,18 +16,79 @@ import (
 	"fmt"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
+	"time"
 )
 
 // byScheme lists every parameter of every scheme of this module, portable
 // ones (the same concept under the same name on every backend that has
-// it) first.
-var byScheme = map[string][]string{
-	"mem":        {"window", "ack_wait", "max_deliveries", "backoff", "seed", "dup_publish", "dup_delivery", "lost_ack"},
-	"jetstream":  {"window", "ack_wait", "max_deliveries", "backoff", "max_batch", "subject", "durable", "create", "storage"},
-	"sqs":        {"ack_wait", "backoff", "region", "endpoint", "group", "hash_long_ids", "wait_time", "terminate", "delete_linger", "create", "max_deliveries"},
-	"servicebus": {"window", "ack_wait", "max_deliveries", "max_batch", "conn_env", "kind", "max_message_bytes"},
-	"pubsub":     {"emulator", "publish_timeout", "ack_wait", "max_extension", "max_outstanding"},
+// it) first, with the kind of its values.
+var byScheme = map[string][]param{
+	"mem": {{"window", duration}, {"ack_wait", duration}, {"max_deliveries", count}, {"backoff", durations}, {"seed", count},
+		{"dup_publish", probability}, {"dup_delivery", probability}, {"lost_ack", probability}},
+	"jetstream": {{"window", duration}, {"ack_wait", duration}, {"max_deliveries", count}, {"backoff", durations}, {"max_batch", count},
+		{"subject", subject}, {"durable", name}, {"create", boolean}, {"storage", oneOf("file", "memory")}},
+	"sqs": {{"ack_wait", duration}, {"backoff", durations}, {"region", region}, {"endpoint", secret}, {"group", name},
+		{"hash_long_ids", boolean}, {"wait_time", duration}, {"terminate", oneOf("dlq", "delete")}, {"delete_linger", duration},
+		{"create", boolean}, {"max_deliveries", count}},
+	"servicebus": {{"window", durationOr("none")}, {"ack_wait", duration}, {"max_deliveries", count}, {"max_batch", count},
+		{"conn_env", secret}, {"kind", oneOf("queue", "topic")}, {"max_message_bytes", count}},
+	"pubsub": {{"emulator", secret}, {"publish_timeout", duration}, {"ack_wait", duration}, {"max_extension", duration}, {"max_outstanding", count}},
+}
+
+// param is one parameter of a scheme.
+type param struct {
+	name string
+	// harmless reports whether a value is one that cannot carry a secret
+	// (a duration, a count) or is a name under the broker's rules; nil
+	// (secret) means the parameter may carry one, whatever its value: an
+	// endpoint, a variable's name.
+	harmless func(string) bool
+}
+
+var (
+	// secret marks a parameter whose value is never shown.
+	secret func(string) bool
+
+	duration = func(v string) bool {
+		_, err := time.ParseDuration(v)
+		return err == nil
+	}
+	durations = func(v string) bool {
+		for d := range strings.SplitSeq(v, ",") {
+			if !duration(d) {
+				return false
+			}
+		}
+		return true
+	}
+	count       = regexp.MustCompile(`^-?[0-9]{1,20}$`).MatchString
+	probability = func(v string) bool {
+		p, err := strconv.ParseFloat(v, 64)
+		return err == nil && p >= 0 && p <= 1 && floatRE.MatchString(v)
+	}
+	floatRE = regexp.MustCompile(`^[0-9.eE+-]{1,32}$`)
+	boolean = func(v string) bool {
+		_, err := strconv.ParseBool(v)
+		return err == nil
+	}
+	// name and subject are stricter than the brokers' own rules (JetStream
+	// takes most printable ASCII): the characters of base64, key=value
+	// lists and escapes, which a pasted key has, are hidden.
+	name    = regexp.MustCompile(`^[A-Za-z0-9_-]{1,255}$`).MatchString
+	subject = regexp.MustCompile(`^[A-Za-z0-9_-]+(\.[A-Za-z0-9_-]+)*$`).MatchString
+	region  = regexp.MustCompile(`^[a-z]{2}(-[a-z]+)+-[0-9]{1,2}$`).MatchString
+)
+
+// oneOf is the kind of a parameter that takes one of words.
+func oneOf(words ...string) func(string) bool {
+	return func(v string) bool { return slices.Contains(words, v) }
+}
+
+// durationOr is the kind of a duration that may also be one of words.
+func durationOr(words ...string) func(string) bool {
+	return func(v string) bool { return duration(v) || slices.Contains(words, v) }
 }
 
 // renamed maps a broker's own name for a setting, or a name an earlier
@@ -58,7 +121,32 @@ func Schemes() []string {
 
 // Params returns the parameters scheme takes, portable ones first, or nil
 // for a scheme not of this module.
-func Params(scheme string) []string { return slices.Clone(byScheme[scheme]) }
+func Params(scheme string) []string {
+	var names []string
+	for _, p := range byScheme[scheme] {
+		names = append(names, p.name)
+	}
+	return names
+}
+
+// Shown reports whether the value of parameter name on scheme may be
+// printed: the parameter is one of scheme's, not one that may carry a
+// secret (an endpoint, a variable's name), and value is of its kind (a
+// duration, a count, a boolean, one of its words, or a name under the
+// broker's rules). A value that fails its kind's check is not shown,
+// since a secret pasted into the wrong parameter fails it too, and so is
+// a too long one.
+func Shown(scheme, name, value string) bool {
+	if len(value) > 255 {
+		return false
+	}
+	for _, p := range byScheme[scheme] {
+		if p.name == name {
+			return p.harmless != nil && p.harmless(value)
+		}
+	}
+	return false
+}
 
 // normalize folds case and drops the separators people put between
 // words, so that Window, ackWait, ack-wait and ACK_WAIT meet.
@@ -110,8 +198,8 @@ func Hint(scheme, name string, known []string) string {
 func vocabularyName(n string) string {
 	for _, s := range Schemes() {
 		for _, p := range byScheme[s] {
-			if normalize(p) == n {
-				return p
+			if normalize(p.name) == n {
+				return p.name
 			}
 		}
 	}
@@ -122,7 +210,7 @@ func vocabularyName(n string) string {
 func takes(name string) []string {
 	var s []string
 	for _, scheme := range Schemes() {
-		if slices.Contains(byScheme[scheme], name) {
+		if slices.Contains(Params(scheme), name) {
 			s = append(s, scheme)
 		}
 	}

@@ -131,3 +131,77 @@ func FuzzHintShowsNoInput(f *testing.F) {
 		}
 	})
 }
+
+// TestShown: the values of each kind that are shown, and those that are
+// not because they fail the kind's check.
+func TestShown(t *testing.T) {
+	tests := []struct {
+		scheme, name, value string
+		want                bool
+	}{
+		{"jetstream", "window", "2m", true},
+		{"jetstream", "window", "2 m", false},
+		{"jetstream", "ack_wait", "1h2m3.5s", true},
+		{"jetstream", "backoff", "1s,10s,1m", true},
+		{"jetstream", "backoff", "1s, 10s", false},
+		{"jetstream", "backoff", "1s,,10s", false},
+		{"jetstream", "max_deliveries", "-1", true},
+		{"jetstream", "max_deliveries", "5x", false},
+		{"jetstream", "max_batch", "123456789012345678901", false},
+		{"jetstream", "create", "true", true},
+		{"jetstream", "create", "yes", false},
+		{"jetstream", "storage", "memory", true},
+		{"jetstream", "storage", "Memory", false},
+		{"jetstream", "subject", "orders.eu_1.x-y", true},
+		{"jetstream", "subject", "orders..x", false},
+		{"jetstream", "subject", "orders.*", false},
+		{"jetstream", "durable", "worker-1", true},
+		{"jetstream", "durable", "worker.1", false},
+		{"jetstream", "durable", strings.Repeat("w", 256), false},
+		{"mem", "dup_publish", "0.25", true},
+		{"mem", "dup_publish", "1.5", false},
+		{"mem", "lost_ack", "0x1p-2", false},
+		{"mem", "seed", "18446744073709551615", true},
+		{"sqs", "region", "us-gov-west-1", true},
+		{"sqs", "region", "localhost", false},
+		{"sqs", "terminate", "dlq", true},
+		{"sqs", "group", "orders_eu", true},
+		{"sqs", "group", "a:b", false},
+		{"servicebus", "window", "none", true},
+		{"servicebus", "kind", "topic", true},
+		{"servicebus", "max_message_bytes", "1024", true},
+		// Whatever may carry a secret, whatever its value.
+		{"sqs", "endpoint", "http://127.0.0.1:4566", false},
+		{"sqs", "endpoint", "1s", false},
+		{"servicebus", "conn_env", "SB_CONN", false},
+		{"pubsub", "emulator", "127.0.0.1:8085", false},
+		// Not the scheme's, or not of this module.
+		{"sqs", "durable", "worker", false},
+		{"kafka", "window", "2m", false},
+		{"jetstream", "Window", "2m", false},
+	}
+	for _, tc := range tests {
+		if got := Shown(tc.scheme, tc.name, tc.value); got != tc.want {
+			t.Errorf("Shown(%q, %q, %q) = %v, want %v", tc.scheme, tc.name, tc.value, got, tc.want)
+		}
+	}
+}
+
+// TestShownNeverSecretShapes: the shapes secrets come in (base64 keys,
+// AWS secret keys, connection strings, URLs with credentials, key=value
+// pairs, %-escapes) are shown as the value of no parameter of any scheme.
+func TestShownNeverSecretShapes(t *testing.T) {
+	for _, v := range []string{
+		"abc+def/ghi=", "wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY", "Zm9vYmFy==",
+		"Endpoint=sb://ns.servicebus.windows.net/;SharedAccessKeyName=k;SharedAccessKey=s",
+		"http://user:pw@h:1/p", "nats://tok@h", "key=value", "a%2Bb", "s3cr3t!", "pass word", "",
+	} {
+		for _, scheme := range Schemes() {
+			for _, p := range Params(scheme) {
+				if Shown(scheme, p, v) {
+					t.Errorf("Shown(%q, %q, %q) = true", scheme, p, v)
+				}
+			}
+		}
+	}
+}
