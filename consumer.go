@@ -101,8 +101,11 @@ type Consumer struct {
 	// claims is the plan the startup check accepted (no TTL without
 	// Dedup), whose ClaimDeadline bounds the holds.
 	claims window.ConsumerPlan
-	tel    *conTelemetry
-	stats  conStats
+	// scrub takes what RedactURL hides of the URL it was opened by (if
+	// any) out of the driver's errors it logs and returns.
+	scrub scrubber
+	tel   *conTelemetry
+	stats conStats
 
 	mu     sync.Mutex
 	active *activeRun // nil when Run is not running
@@ -310,7 +313,7 @@ func (c *Consumer) finish(run *activeRun) {
 	c.mu.Unlock()
 	var closeErr error
 	if closing {
-		closeErr = c.sub.Close()
+		closeErr = c.scrub.err(c.sub.Close())
 	}
 	c.mu.Lock()
 	run.closeErr = closeErr
@@ -358,6 +361,7 @@ type outage struct {
 // long to wait before the next receive.
 func (o *outage) failed(c *Consumer, err error) time.Duration {
 	now := c.clock.Now()
+	err = c.scrub.err(err)
 	o.failures++
 	wait := receiveBackoff(o.failures)
 	switch {
@@ -427,6 +431,7 @@ func (c *Consumer) receiveLoop(ctx context.Context, slots chan struct{}, start f
 				return nil
 			}
 		default:
+			err = c.scrub.err(err)
 			c.log.Error("dedupq: receive failed for good; the consumer stops", "err", err)
 			return fmt.Errorf("dedupq: receive: %w", err)
 		}
@@ -604,7 +609,7 @@ func (c *Consumer) settleDelivery(ctx context.Context, p *pipeline, w *worker, s
 // finishSettle makes the settle call, retrying within sctx, and counts and
 // logs its outcome.
 func (c *Consumer) finishSettle(ctx context.Context, sctx context.Context, what string, d *driver.Delivery, err error, delay time.Duration) {
-	serr := c.settle(sctx, what, d, err, delay)
+	serr := c.scrub.err(c.settle(sctx, what, d, err, delay))
 	c.count(ctx, what, serr)
 	if serr != nil {
 		// The broker redelivers after the lease; consumer-side dedup makes
@@ -746,7 +751,7 @@ func (k *leaseKeeper) run() bool {
 	}
 	c.countExtension(k.ctx, err)
 	if err != nil {
-		c.log.Warn("dedupq: extending a delivery's lease failed", "id", d.Message.ID, "err", err)
+		c.log.Warn("dedupq: extending a delivery's lease failed", "id", d.Message.ID, "err", c.scrub.err(err))
 		return true
 	}
 	k.renewed = at
@@ -802,7 +807,7 @@ func (c *Consumer) Close(ctx context.Context) error {
 	run := c.active
 	c.mu.Unlock()
 	if run == nil {
-		return c.sub.Close()
+		return c.scrub.err(c.sub.Close())
 	}
 	run.stop()
 	select {

@@ -114,13 +114,15 @@ func parseProblem(err error) string {
 // Publisher, running the same startup check as NewPublisher. Its error
 // shows nothing of the URL that RedactURL hides, even where the driver's
 // own text quoted it (an SDK quotes its endpoint); errors.Is and errors.As
-// still find the driver's error.
+// still find the driver's error. Neither do the errors the Publisher
+// returns later (a PublishError's Err).
 func (m *URLMux) OpenPublisher(ctx context.Context, rawURL string, opts PublisherOptions) (_ *Publisher, err error) {
 	o, u, err := m.opener(rawURL)
 	if err != nil {
 		return nil, err
 	}
-	defer func() { err = newScrubber(u).err(err) }()
+	scrub := newScrubber(u)
+	defer func() { err = scrub.err(err) }()
 	t, err := o.OpenTopic(ctx, u)
 	if err != nil {
 		return nil, err
@@ -129,18 +131,21 @@ func (m *URLMux) OpenPublisher(ctx context.Context, rawURL string, opts Publishe
 	if err != nil {
 		return nil, errors.Join(err, t.Close())
 	}
+	p.scrub = scrub
 	return p, nil
 }
 
 // OpenConsumer opens the backend named by rawURL and wraps it in a
 // Consumer, running the same startup check as NewConsumer. Its error
-// shows nothing of the URL that RedactURL hides, as OpenPublisher's.
+// shows nothing of the URL that RedactURL hides, as OpenPublisher's, and
+// neither do the driver errors the Consumer logs or returns later.
 func (m *URLMux) OpenConsumer(ctx context.Context, rawURL string, opts ConsumerOptions) (_ *Consumer, err error) {
 	o, u, err := m.opener(rawURL)
 	if err != nil {
 		return nil, err
 	}
-	defer func() { err = newScrubber(u).err(err) }()
+	scrub := newScrubber(u)
+	defer func() { err = scrub.err(err) }()
 	s, err := o.OpenSubscription(ctx, u)
 	if err != nil {
 		return nil, err
@@ -149,6 +154,7 @@ func (m *URLMux) OpenConsumer(ctx context.Context, rawURL string, opts ConsumerO
 	if err != nil {
 		return nil, errors.Join(err, s.Close())
 	}
+	c.scrub = scrub
 	return c, nil
 }
 

@@ -6,10 +6,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net/url"
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/dedupq/dedupq"
 	"github.com/dedupq/dedupq/adapters/mem"
@@ -113,5 +115,82 @@ func TestDriverErrorsShowNoHiddenPart(t *testing.T) {
 				}
 			})
 		}
+	}
+}
+
+// laterOpener opens fine; its topic's sends and its subscription's
+// receives then fail quoting the URL's endpoint, as the AWS SDK does for
+// every request.
+type laterOpener struct{ b *mem.Broker }
+
+func (o laterOpener) quote(u *url.URL) error {
+	return fmt.Errorf("fake: Post %q: %w", u.Query().Get("endpoint"), errDriver)
+}
+
+func (o laterOpener) OpenTopic(_ context.Context, u *url.URL) (driver.Topic, error) {
+	return failingSends{o.b.Topic("q"), o.quote(u)}, nil
+}
+
+func (o laterOpener) OpenSubscription(_ context.Context, u *url.URL) (driver.Subscription, error) {
+	return failingReceives{o.b.Subscription("q"), o.quote(u)}, nil
+}
+
+type failingSends struct {
+	driver.Topic
+	err error
+}
+
+func (t failingSends) SendBatch(context.Context, []*driver.Message) ([]driver.SendResult, error) {
+	return nil, t.err
+}
+func (failingSends) IsRetryable(error) bool { return false }
+
+type failingReceives struct {
+	driver.Subscription
+	err error
+}
+
+func (s failingReceives) Receive(context.Context, int) ([]*driver.Delivery, error) { return nil, s.err }
+func (failingReceives) IsRetryable(error) bool                                     { return false }
+
+// The Publisher and the Consumer opened through a URL keep what RedactURL
+// hides out of the driver errors they return and log later, not only out
+// of the open's: an SDK quotes its endpoint in every request's error.
+func TestErrorsAfterOpeningShowNoHiddenPart(t *testing.T) {
+	const secret = "Zq9SeCrEt"
+	raw := "fake://q?endpoint=http://127.0.0.1:1/" + secret
+	ctx := context.Background()
+	m := new(dedupq.URLMux)
+	m.Register("fake", laterOpener{mem.NewBroker(mem.Options{DedupWindow: 5 * time.Minute})})
+
+	pub, err := m.OpenPublisher(ctx, raw, dedupq.PublisherOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pub.Close(ctx)
+	_, pubErr := pub.Publish(ctx, &dedupq.Message{ID: "a", Body: []byte("b")})
+	_, batchErr := pub.PublishBatch(ctx, []*dedupq.Message{{ID: "b", Body: []byte("b")}})
+
+	var log strings.Builder
+	con, err := m.OpenConsumer(ctx, raw, dedupq.ConsumerOptions{Logger: slog.New(slog.NewTextHandler(&log, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	runErr := con.Run(ctx, func(context.Context, *dedupq.Delivery) error { return nil })
+	if err := con.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+
+	for what, err := range map[string]error{"Publish": pubErr, "PublishBatch": batchErr, "Run": runErr} {
+		if !errors.Is(err, errDriver) {
+			t.Errorf("%s: %v, want it to wrap the driver's error", what, err)
+			continue
+		}
+		if strings.Contains(err.Error(), secret) {
+			t.Errorf("%s shows the secret: %v", what, err)
+		}
+	}
+	if !strings.Contains(log.String(), "receive failed for good") || strings.Contains(log.String(), secret) {
+		t.Errorf("the consumer's log: %s\nwant its receive error without the secret", log.String())
 	}
 }

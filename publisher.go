@@ -74,6 +74,9 @@ type Publisher struct {
 	attemptOpts []metric.AddOption
 	stats       pubStats
 	batcher     publishBatcher // the first attempts of concurrent Publish calls
+	// scrub takes what RedactURL hides of the URL it was opened by (if
+	// any) out of the driver's errors it returns.
+	scrub scrubber
 }
 
 // NewPublisher wraps a driver topic. It reads the backend's window and fails
@@ -480,7 +483,7 @@ func (p *Publisher) settle(ctx context.Context, offset int, msgs []*driver.Messa
 				retry = append(retry, i)
 				continue
 			}
-			results[i].Err = &PublishError{Index: offset + i, ID: msgs[i].ID, Attempts: attempt, MaybeSent: maybeSent[i], Err: e}
+			results[i].Err = &PublishError{Index: offset + i, ID: msgs[i].ID, Attempts: attempt, MaybeSent: maybeSent[i], Err: p.scrub.err(e)}
 		}
 		if len(retry) == 0 {
 			return
@@ -491,7 +494,7 @@ func (p *Publisher) settle(ctx context.Context, offset int, msgs []*driver.Messa
 		if !p.sleep(ctx, delay) {
 			for _, i := range pending {
 				results[i].Err = &PublishError{Index: offset + i, ID: msgs[i].ID, Attempts: attempt, MaybeSent: maybeSent[i],
-					Err: errors.Join(context.Cause(ctx), lastErr[i])}
+					Err: p.scrub.err(errors.Join(context.Cause(ctx), lastErr[i]))}
 			}
 			return
 		}
