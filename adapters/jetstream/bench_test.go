@@ -106,18 +106,7 @@ func BenchmarkPublish(b *testing.B) {
 		reportRate(b, start)
 	})
 	b.Run("dedupq", func(b *testing.B) {
-		nc := connect(b, srv)
-		cfg := benchStream(b, nc)
-		top, err := OpenTopic(context.Background(), nc, cfg)
-		if err != nil {
-			b.Fatal(err)
-		}
-		pub, err := dedupq.NewPublisher(context.Background(), top, dedupq.PublisherOptions{})
-		if err != nil {
-			b.Fatal(err)
-		}
-		defer pub.Close(context.Background())
-		warmUp(b, nc, cfg)
+		pub := benchPublisher(b, srv)
 		msgs := make([]*dedupq.Message, b.N)
 		for i := range msgs {
 			msgs[i] = &dedupq.Message{ID: strconv.Itoa(i), Body: payload}
@@ -133,18 +122,7 @@ func BenchmarkPublish(b *testing.B) {
 	// Publish as users write it: one message a call, from 64 goroutines
 	// at once. The Publisher sends concurrent calls together.
 	b.Run("dedupq-concurrent-publish", func(b *testing.B) {
-		nc := connect(b, srv)
-		cfg := benchStream(b, nc)
-		top, err := OpenTopic(context.Background(), nc, cfg)
-		if err != nil {
-			b.Fatal(err)
-		}
-		pub, err := dedupq.NewPublisher(context.Background(), top, dedupq.PublisherOptions{})
-		if err != nil {
-			b.Fatal(err)
-		}
-		defer pub.Close(context.Background())
-		warmUp(b, nc, cfg)
+		pub := benchPublisher(b, srv)
 		var next, failed atomic.Int64
 		b.SetBytes(int64(len(payload)))
 		b.ResetTimer()
@@ -165,6 +143,25 @@ func BenchmarkPublish(b *testing.B) {
 			b.Fatalf("%d publishes failed", n)
 		}
 	})
+}
+
+// benchPublisher is a Publisher on a fresh, warmed-up stream of srv,
+// closed when b ends.
+func benchPublisher(b *testing.B, srv server) *dedupq.Publisher {
+	b.Helper()
+	nc := connect(b, srv)
+	cfg := benchStream(b, nc)
+	top, err := OpenTopic(context.Background(), nc, cfg)
+	if err != nil {
+		b.Fatal(err)
+	}
+	pub, err := dedupq.NewPublisher(context.Background(), top, dedupq.PublisherOptions{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { pub.Close(context.Background()) })
+	warmUp(b, nc, cfg)
+	return pub
 }
 
 // warmUp publishes to cfg's stream before the clock starts, so that

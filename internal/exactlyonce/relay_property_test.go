@@ -722,8 +722,8 @@ func TestRelaySpanIsATheorem(t *testing.T) {
 	if testing.Short() {
 		target = 300
 	}
-	target = relayEnvInt(t, "DEDUPQ_PROPERTY_SCHEDULES", target)
-	seed := uint64(relayEnvInt(t, "DEDUPQ_PROPERTY_SEED", 23))
+	target = envInt(t, "DEDUPQ_PROPERTY_SCHEDULES", target)
+	seed := uint64(envInt(t, "DEDUPQ_PROPERTY_SEED", 23))
 	env := newRelayEnv(t)
 	ctx := context.Background()
 	r := rand.New(rand.NewPCG(seed, 0x2545f4914f6cdd1d))
@@ -781,18 +781,6 @@ func passLog(passes []string) string {
 		passes = append(passes[:12:12], fmt.Sprintf("… %d more", len(passes)-12))
 	}
 	return strings.Join(passes, "; ")
-}
-
-func relayEnvInt(t *testing.T, name string, def int) int {
-	v := os.Getenv(name)
-	if v == "" {
-		return def
-	}
-	n, err := strconv.Atoi(v)
-	if err != nil || n <= 0 {
-		t.Fatalf("%s=%q: want a positive integer", name, v)
-	}
-	return n
 }
 
 // Issue 23, defect 2, with the issue's numbers on mem: window 4s, retry
