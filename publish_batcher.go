@@ -36,18 +36,41 @@ type publishCall struct {
 	msg  *driver.Message
 	done chan struct{} // closed once sent and err are set
 
-	taken bool // a batch took it, and it may be sent; guarded by publishBatcher.mu
+	// batch is the batch that took it (it may be sent); nil while it is
+	// queued. Guarded by publishBatcher.mu.
+	batch *publishBatch
 
 	sent *driver.SendResult // the driver's answer for msg; nil for none
 	err  error              // the attempt's error as a whole
+}
+
+// publishBatch is one SendBatch of several calls.
+type publishBatch struct {
+	mu     sync.Mutex
+	left   int                // calls whose caller still waits
+	cancel context.CancelFunc // ends the attempt's context
+}
+
+// giveUp records that one caller stopped waiting, and reports whether it
+// was the last: the attempt, which runs for nobody now, is then cancelled.
+func (pb *publishBatch) giveUp() (last bool) {
+	pb.mu.Lock()
+	defer pb.mu.Unlock()
+	if pb.left--; pb.left == 0 {
+		pb.cancel()
+		return true
+	}
+	return false
 }
 
 // first makes msg's first attempt within a batch of concurrent calls. It
 // reports the attempt's answer, as SendBatch's for a one-message batch,
 // and whether the message was handed to the driver at all: false when ctx
 // ended while it was still queued. A ctx that ends during the attempt
-// returns at once, with ctx's error and sent true: the attempt goes on for
-// the batch's other calls, and may store the message.
+// returns with ctx's error and sent true (the message may be stored): at
+// once, the attempt going on for the batch's other calls; or, for the last
+// caller of its batch, once the attempt, cancelled, has returned, so that
+// nothing of it is left running after the call.
 func (b *publishBatcher) first(ctx context.Context, msg *driver.Message) (res []driver.SendResult, err error, sent bool) {
 	c := &publishCall{ctx: ctx, msg: msg, done: make(chan struct{})}
 	b.mu.Lock()
@@ -68,7 +91,8 @@ func (b *publishBatcher) first(ctx context.Context, msg *driver.Message) (res []
 	case <-c.done:
 	case <-ctx.Done():
 		b.mu.Lock()
-		if !c.taken {
+		pb := c.batch
+		if pb == nil {
 			// Out of the queue: no batch may send it now.
 			if i := slices.Index(b.queue, c); i >= 0 {
 				b.queue = slices.Delete(b.queue, i, i+1)
@@ -77,10 +101,19 @@ func (b *publishBatcher) first(ctx context.Context, msg *driver.Message) (res []
 			return nil, context.Cause(ctx), false
 		}
 		b.mu.Unlock()
-		select {
-		case <-c.done: // answered as ctx ended: take the answer
-		default:
-			return nil, context.Cause(ctx), true
+		if pb.giveUp() {
+			<-c.done
+			if c.err != nil || c.sent == nil || c.sent.Err != nil {
+				// Most likely the cancellation's own answer: the
+				// caller's deadline is what it needs to see.
+				return nil, context.Cause(ctx), true
+			}
+		} else {
+			select {
+			case <-c.done: // answered as ctx ended: take the answer
+			default:
+				return nil, context.Cause(ctx), true
+			}
 		}
 	}
 	if c.sent == nil {
@@ -97,18 +130,22 @@ func (b *publishBatcher) first(ctx context.Context, msg *driver.Message) (res []
 func (b *publishBatcher) runBatch() bool {
 	limit := max(b.p.topic.MaxBatch(), 1)
 	b.mu.Lock()
-	var calls []*publishCall
-	for len(b.queue) > 0 && len(calls) < limit {
-		c := b.queue[0]
-		b.queue[0] = nil
-		b.queue = b.queue[1:]
-		c.taken = true
-		calls = append(calls, c)
-	}
-	if len(calls) == 0 {
+	if len(b.queue) == 0 {
 		b.running--
 		b.mu.Unlock()
 		return false
+	}
+	calls := make([]*publishCall, min(len(b.queue), limit))
+	n := copy(calls, b.queue)
+	clear(b.queue[:n])
+	b.queue = b.queue[n:]
+	// The first call's values (not its cancellation): the attempt ends
+	// when its last caller gives up, or at AttemptTimeout
+	// (Publisher.attempt).
+	ctx, cancel := context.WithCancel(context.WithoutCancel(calls[0].ctx))
+	pb := &publishBatch{left: len(calls), cancel: cancel}
+	for _, c := range calls {
+		c.batch = pb
 	}
 	b.mu.Unlock()
 
@@ -116,7 +153,6 @@ func (b *publishBatcher) runBatch() bool {
 	for i, c := range calls {
 		msgs[i] = c.msg
 	}
-	ctx, cancel := b.attemptContext(calls)
 	sent, err := b.p.attempt(ctx, msgs)
 	cancel()
 	for i, c := range calls {
@@ -127,30 +163,4 @@ func (b *publishBatcher) runBatch() bool {
 		close(c.done)
 	}
 	return true
-}
-
-// attemptContext is a batch's: it keeps the first call's values (not its
-// cancellation), and ends once every call of the batch has given up, so
-// that no attempt runs on for nobody. AttemptTimeout bounds it besides
-// (Publisher.attempt).
-func (b *publishBatcher) attemptContext(calls []*publishCall) (context.Context, context.CancelFunc) {
-	ctx, cancel := context.WithCancel(context.WithoutCancel(calls[0].ctx))
-	var mu sync.Mutex
-	left := len(calls)
-	stops := make([]func() bool, len(calls))
-	for i, c := range calls {
-		stops[i] = context.AfterFunc(c.ctx, func() {
-			mu.Lock()
-			defer mu.Unlock()
-			if left--; left == 0 {
-				cancel()
-			}
-		})
-	}
-	return ctx, func() {
-		for _, stop := range stops {
-			stop()
-		}
-		cancel()
-	}
 }

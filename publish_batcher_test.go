@@ -8,9 +8,11 @@ import (
 	"fmt"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/dedupq/dedupq/driver"
 	"github.com/dedupq/dedupq/internal/testutil"
 )
 
@@ -163,5 +165,46 @@ func TestPublishBatchedCallerGivesUp(t *testing.T) {
 	defer topic.mu.Unlock()
 	if topic.stored["gone"] != 0 || topic.stored["leaver"] != 1 {
 		t.Errorf("stored %v: want nothing of the call given up in the queue, and the one given up in flight stored by its attempt", topic.stored)
+	}
+}
+
+// countingTopic counts the SendBatch calls in progress; one whose ctx
+// ends takes a while to tear down, as a client's does.
+type countingTopic struct {
+	*scriptTopic
+	inFlight atomic.Int32
+}
+
+func (c *countingTopic) SendBatch(ctx context.Context, msgs []*driver.Message) ([]driver.SendResult, error) {
+	c.inFlight.Add(1)
+	defer c.inFlight.Add(-1)
+	res, err := c.scriptTopic.SendBatch(ctx, msgs)
+	if ctx.Err() != nil {
+		time.Sleep(50 * time.Millisecond) // the teardown, not a wait for a condition
+	}
+	return res, err
+}
+
+// The last caller of a batch to give up cancels its attempt and returns
+// once the attempt has: nothing of the call is left running after it, as
+// with PublishBatch.
+func TestPublishLastCallerEndsItsAttempt(t *testing.T) {
+	topic := &countingTopic{scriptTopic: newScriptTopic()}
+	topic.block, topic.entered = make(chan struct{}), make(chan struct{}, 1)
+	p, err := NewPublisher(context.Background(), topic, PublisherOptions{Retry: fastRetry(1)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	wait := publishAll(ctx, p, "alone")
+	<-topic.entered
+	cancel()
+	_, errs := wait()
+	var pe *PublishError
+	if !errors.As(errs["alone"], &pe) || !pe.MaybeSent || !errors.Is(pe, context.Canceled) {
+		t.Fatalf("Publish: %v; want maybe sent, the ctx's error", errs["alone"])
+	}
+	if n := topic.inFlight.Load(); n != 0 {
+		t.Fatalf("%d SendBatch calls still running after Publish returned", n)
 	}
 }
