@@ -83,7 +83,10 @@ func (s *Store) Check(ctx context.Context) error {
 	st, err := s.js.Stream(ctx, streamName(s.bucket))
 	switch {
 	case errors.Is(err, jetstream.ErrStreamNotFound):
-		return fmt.Errorf("kvstore: bucket %q does not exist; create it at startup with kvstore.EnsureBucket(ctx, js, kvstore.BucketConfig(opts, maxAge)), or with the nats CLI as BucketConfig describes", s.bucket)
+		return fmt.Errorf("kvstore: bucket %q does not exist; create it at startup with kvstore.EnsureBucket(ctx, js, kvstore.BucketConfig(opts, maxAge)), or beforehand as a key-value bucket with a history of 1 and%s", s.bucket, map[Expiry]string{
+			ExpiryPerKey:  " a limit marker TTL (which turns per-key TTLs on)",
+			ExpiryInValue: " a max age of at least the Guard's TTL",
+		}[s.expiry])
 	case errors.Is(err, jetstream.ErrJetStreamNotEnabled), errors.Is(err, jetstream.ErrJetStreamNotEnabledForAccount):
 		return fmt.Errorf("kvstore: %w: enable JetStream on the server (-js) and for the client's account", err)
 	case err != nil:

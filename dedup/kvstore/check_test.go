@@ -119,6 +119,32 @@ func TestCheck(t *testing.T) {
 	}
 }
 
+// TestFixForABucketWithoutTTLs: what Check tells the owner of a bucket
+// without per-key TTLs to do works on an existing bucket.
+func TestFixForABucketWithoutTTLs(t *testing.T) {
+	ctx := context.Background()
+	js := connect(t, embeddedURL)
+	o := kvstore.Options{Expiry: kvstore.ExpiryInValue}
+	kv := newBucket(t, js, &o, time.Hour)
+	o.Expiry = kvstore.ExpiryPerKey
+	s := newStore(t, js, o)
+	if err := s.Check(ctx); err == nil || !strings.Contains(err.Error(), "LimitMarkerTTL") {
+		t.Fatalf("Check = %v; want the refusal that names LimitMarkerTTL", err)
+	}
+	st, err := kv.Status(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := st.Config()
+	cfg.LimitMarkerTTL = time.Second
+	if _, err := js.UpdateKeyValue(ctx, cfg); err != nil {
+		t.Fatalf("UpdateKeyValue with LimitMarkerTTL: %v", err)
+	}
+	if err := s.Check(ctx); err != nil {
+		t.Fatalf("Check after the fix = %v", err)
+	}
+}
+
 // TestEnsureBucketLeavesAnExistingOne: EnsureBucket creates a missing
 // bucket once and leaves one that exists, even with another configuration.
 func TestEnsureBucketLeavesAnExistingOne(t *testing.T) {
