@@ -41,8 +41,9 @@
 // record when its TTL ends, by the server's clock, so every consumer sees a
 // lease end at the same moment whatever its own clock says, as with Redis's
 // PX and PostgreSQL's now(). The server counts TTLs in whole seconds: leases
-// and TTLs are rounded up (never shortened), and a record may live up to
-// a quarter second past its end before the server's expiry timer removes it.
+// and TTLs are rounded up (never shortened), and a record lives a moment
+// past its end, until the server's expiry timer runs (a quarter second at
+// the least). A release leaves a purge marker that lives a second.
 // This is the default because one clock decides, and because a completed
 // key costs nothing after its TTL.
 //

@@ -393,3 +393,55 @@ func TestClosedConnection(t *testing.T) {
 		}
 	}
 }
+
+// TestMarkersExpire: under ExpiryPerKey neither a release nor a record's
+// expiry leaves anything behind for good: the markers expire too, so a
+// bucket holds only live records.
+func TestMarkersExpire(t *testing.T) {
+	js := connect(t, embeddedURL)
+	o := kvstore.Options{}
+	newBucket(t, js, &o, 0)
+	s := newStore(t, js, o)
+	ctx := context.Background()
+	st, err := js.Stream(ctx, "KV_"+o.Bucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name string
+		end  func(t *testing.T, key, token string)
+	}{
+		{"Release", func(t *testing.T, key, token string) {
+			if err := s.Release(ctx, key, token); err != nil {
+				t.Fatalf("Release: %v", err)
+			}
+		}},
+		{"LeaseExpiry", func(t *testing.T, key, token string) {}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			key := randomName("k-")
+			c, err := s.Claim(ctx, key, "fp", time.Second)
+			if err != nil || c.State != dedup.Acquired {
+				t.Fatalf("Claim = %+v, %v", c, err)
+			}
+			tc.end(t, key, c.Token)
+			subj := "$KV." + o.Bucket + "." + s.Key(key)
+			deadline := time.Now().Add(15 * time.Second)
+			for {
+				m, err := st.GetLastMsgForSubject(ctx, subj)
+				if errors.Is(err, jetstream.ErrMsgNotFound) {
+					return
+				}
+				if err != nil {
+					t.Fatal(err)
+				}
+				if time.Now().After(deadline) {
+					t.Fatalf("subject %s still holds revision %d (headers %v) 15s on", subj, m.Sequence, m.Header)
+				}
+				tm := time.NewTimer(50 * time.Millisecond)
+				<-tm.C
+			}
+		})
+	}
+}
