@@ -9,7 +9,8 @@
 //
 // Raw and dedupq sides of a row run alternately within each round, so that
 // load from other processes hits both alike; compare ratios, not rates.
-// Groups: mem, memstore, redis (127.0.0.1:6379), pg and txguard
+// Groups: mem, memstore, redis (127.0.0.1:6379), jskv (kvstore in a
+// JetStream key-value bucket on an embedded server), pg and txguard
 // (PostgreSQL db test on 127.0.0.1:5432), jetstream (an embedded server),
 // jetstream-url (-nats-url), sqs (fauxqs, the npm emulator under
 // localstack/fauxqs, or FAUXQS_ENDPOINT) and pubsub (pstest, served by a
@@ -90,7 +91,7 @@ type config struct {
 }
 
 // groups in the order they run and print.
-var groups = []string{"mem", "memstore", "redis", "pg", "txguard", "jetstream", "jetstream-url", "sqs", "pubsub"}
+var groups = []string{"mem", "memstore", "redis", "jskv", "pg", "txguard", "jetstream", "jetstream-url", "sqs", "pubsub"}
 
 // errUnavailable is wrapped by a group's setup error when its emulator
 // cannot run on this machine (say, node is missing for fauxqs): run then
@@ -390,6 +391,7 @@ var setups = map[string]func(ctx context.Context, c config) ([]row, func(), erro
 	"mem":           memRows,
 	"memstore":      memstoreRows,
 	"redis":         redisRows,
+	"jskv":          jskvRows,
 	"pg":            pgRows,
 	"txguard":       txguardRows,
 	"jetstream":     jetstreamEmbeddedRows,

@@ -35,6 +35,10 @@ func TestQuick(t *testing.T) {
 			"| mem | consume+guard | 64 | driver Receive+Ack |",
 			"| memstore | claim+complete | 64 | map set-if-absent |",
 		}},
+		{"jskv", []string{
+			"| jskv | claim+complete | 1 | KV Create+Update |",
+			"| jskv | claim+complete | 64 | KV Create+Update |",
+		}},
 		{"sqs", []string{
 			"| sqs | publish 1 KiB | 1 | SendMessageBatch |",
 			"| sqs | consume | 64 | ReceiveMessage+DeleteMessageBatch |",

@@ -11,10 +11,14 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/redis/go-redis/v9"
 
 	"github.com/dedupq/dedupq"
+	"github.com/dedupq/dedupq/adapters/jetstream/embedded"
 	"github.com/dedupq/dedupq/dedup"
+	"github.com/dedupq/dedupq/dedup/kvstore"
 	"github.com/dedupq/dedupq/dedup/memstore"
 	"github.com/dedupq/dedupq/dedup/pgstore"
 	"github.com/dedupq/dedupq/dedup/redisstore"
@@ -95,6 +99,60 @@ func redisRows(ctx context.Context, c config) ([]row, func(), error) {
 		// Every key the run wrote starts with the namespace's prefix.
 		deleteNamespace(rdb, ns)
 		rdb.Close()
+	}
+	return rows, cleanup, nil
+}
+
+// jskvRows runs kvstore (per-key TTL) in a JetStream key-value bucket on an
+// embedded server, beside the raw KV Create plus Update by revision that a
+// hand-rolled dedup on the same server would do, in a bucket of its own.
+func jskvRows(ctx context.Context, c config) ([]row, func(), error) {
+	url, stop, err := embedded.Run(ctx, "")
+	if err != nil {
+		return nil, nil, err
+	}
+	nc, err := nats.Connect(url)
+	if err != nil {
+		stop()
+		return nil, nil, err
+	}
+	cleanup := func() { nc.Close(); stop() }
+	js, err := jetstream.New(nc)
+	if err != nil {
+		cleanup()
+		return nil, nil, err
+	}
+	o := kvstore.Options{Bucket: randomName("bench-")}
+	raw := kvstore.BucketConfig(kvstore.Options{Bucket: randomName("bench-raw-")}, 0)
+	var kv jetstream.KeyValue
+	err = kvstore.EnsureBucket(ctx, js, kvstore.BucketConfig(o, 0))
+	if err == nil {
+		kv, err = js.CreateKeyValue(ctx, raw)
+	}
+	var s *kvstore.Store
+	if err == nil {
+		s, err = kvstore.New(js, o)
+	}
+	if err == nil {
+		err = s.Check(ctx)
+	}
+	if err != nil {
+		cleanup()
+		return nil, nil, err
+	}
+	val := []byte("1")
+	var rows []row
+	for _, conc := range concurrencies {
+		rawSide := perMessage("KV Create+Update", conc, func(ctx context.Context, key string) error {
+			rev, err := kv.Create(ctx, key, val)
+			if err != nil {
+				return err
+			}
+			_, err = kv.Update(ctx, key, val, rev)
+			return err
+		})
+		rows = append(rows, row{name: "claim+complete", conc: conc, n: 5_000, raw: rawSide,
+			dq: perMessage("kvstore", conc, claimComplete(s))})
 	}
 	return rows, cleanup, nil
 }
