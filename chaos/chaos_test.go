@@ -1,8 +1,11 @@
 // The CI variant of the chaos program: each entry of the matrix, small (a
 // few thousand messages, one kill of each kind), against private servers
-// the run starts itself (PostgreSQL, Redis, a NATS server with JetStream,
-// fauxqs) and processes it kills. Without a server program it skips,
-// unless CI is set, when it fails.
+// the run starts itself and processes it kills: PostgreSQL and Redis from
+// the machine's packages, fauxqs, and a NATS server with JetStream of the
+// release go.mod requires (v2.15.2 when this was written; built once per
+// machine by internal/natsbin), SIGKILLed mid-stream. Without a server
+// program it skips, unless CI is set, when it fails; a failed build of
+// nats-server fails it.
 package main
 
 import (
@@ -12,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dedupq/dedupq/internal/natsbin"
 	"github.com/dedupq/dedupq/localstack/fauxqs"
 )
 
@@ -27,6 +31,15 @@ func TestMain(m *testing.M) {
 func TestChaosSmall(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts servers and processes; skipped with -short")
+	}
+	// The first build of nats-server on a machine takes a minute or two:
+	// outside the runs' own deadlines (go run ./internal/testall has
+	// built it before the tests start).
+	buildCtx, cancel := context.WithTimeout(t.Context(), 8*time.Minute)
+	_, err := natsbin.Path(buildCtx)
+	cancel()
+	if err != nil {
+		t.Fatal(err)
 	}
 	for _, tc := range []struct {
 		backend, store string

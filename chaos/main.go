@@ -2,7 +2,8 @@
 // starts its own servers on loopback (a NATS server with JetStream, Redis,
 // PostgreSQL, the fauxqs SQS emulator: never the machine's shared ones),
 // runs publisher and consumer processes against them, kills those processes
-// with SIGKILL and restarts the servers mid-stream, waits until every
+// with SIGKILL and crashes the servers mid-stream (SIGKILL for NATS and
+// Redis, an immediate shutdown for PostgreSQL), waits until every
 // message is settled, and counts the effects: rows in a table without a
 // unique constraint, so that a double effect shows as two rows.
 //
@@ -22,6 +23,10 @@
 // explained by an unrecorded completion, the gap every separate store has.
 // With redis-volatile (no persistence) a duplicate may also be explained
 // by a Redis restart that forgot the key.
+//
+// The NATS server is the release go.mod requires, built from the module
+// cache on the first run on a machine (internal/natsbin; a minute or two)
+// and cached: run the command from inside this module.
 //
 // The same binary runs the publisher and consumer processes: the
 // orchestrator starts itself again with the environment variable

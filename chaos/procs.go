@@ -145,7 +145,7 @@ func runProcesses(ctx context.Context, cfg config, log *logger) (res *result, er
 	var b *broker
 	switch cfg.backend {
 	case "jetstream":
-		nats, err := newNATS(ps, dir, serverLog)
+		nats, err := newNATS(ctx, ps, dir, serverLog)
 		if err != nil {
 			return nil, err
 		}

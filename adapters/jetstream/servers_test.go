@@ -1,10 +1,13 @@
 package jetstream
 
 // Test servers. The tests in this package talk to real NATS servers with
-// JetStream: an embedded nats-server (github.com/nats-io/nats-server/v2)
-// started once by TestMain in this process, and the server that runs on
-// this machine at 127.0.0.1:4222. The local server's tests are skipped when
-// it is unreachable and CI is unset; under CI they fail instead.
+// JetStream, of two releases (README, "Tested server versions"; checked
+// by versions_test.go): an embedded nats-server
+// (github.com/nats-io/nats-server/v2, the release go.mod requires) started
+// once by TestMain in this process, and the server that runs on this
+// machine at 127.0.0.1:4222 (Debian 12's 2.9.10 on this machine kind: the
+// oldest release the tests cover). The local server's tests are skipped
+// when it is unreachable and CI is unset; under CI they fail instead.
 
 import (
 	"context"

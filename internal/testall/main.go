@@ -4,6 +4,12 @@
 //	go run ./internal/testall              # every package
 //	go run ./internal/testall ./adapters/... # go test arguments of your own
 //
+// First it makes sure the nats-server that the tests which crash a NATS
+// server run (go.mod's release, internal/natsbin) is built: on a
+// machine's first run that takes a minute or two, which would otherwise
+// fall inside a test's deadline while the other packages' tests load the
+// machine.
+//
 // It runs `go test -race -count=1 -timeout 12m -json` on the packages
 // (./... unless arguments are given, which then replace the package list
 // and may add go test flags). -count=1 because the test cache cannot see
@@ -25,6 +31,7 @@ package main
 
 import (
 	"bufio"
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -36,6 +43,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/dedupq/dedupq/internal/natsbin"
 	"github.com/dedupq/dedupq/internal/testutil"
 )
 
@@ -49,6 +57,7 @@ func main() {
 		args = []string{"./..."}
 	}
 	start := time.Now()
+	buildNATS()
 	r := newReport(os.Stdout)
 	waitErr := run(r, append(slices.Clone(goTestFlags), args...))
 	var exit *exec.ExitError
@@ -82,6 +91,25 @@ func main() {
 	case waitErr != nil || r.failed() > 0:
 		os.Exit(1)
 	}
+}
+
+// natsBuildTimeout bounds the first build of nats-server: about 90 s on
+// two shared cores here.
+const natsBuildTimeout = 10 * time.Minute
+
+// buildNATS builds the nats-server that natsbin gives the tests, or finds
+// it cached. A failure is reported and the tests run anyway: the ones that
+// need the server fail with the same error, the others still count.
+func buildNATS() {
+	t0 := time.Now()
+	ctx, cancel := context.WithTimeout(context.Background(), natsBuildTimeout)
+	defer cancel()
+	bin, err := natsbin.Path(ctx)
+	if err != nil {
+		fmt.Printf("testall: no nats-server for the tests that start one: %v\n", err)
+		return
+	}
+	fmt.Printf("testall: nats-server for the tests that start one: %s (ready in %s)\n", bin, time.Since(t0).Round(time.Millisecond))
 }
 
 // run runs go with argv, feeding its -json output to r, and returns how
