@@ -27,12 +27,32 @@ var ErrShutdownTimeout = errors.New("dedupq: shutdown timeout: handler cancelled
 
 // ConsumerOptions configure a Consumer. The zero value is usable.
 type ConsumerOptions struct {
-	// Concurrency is how many handlers run at once; 0 means 1. Without
+	// Concurrency is how many handlers run at once; 0 means 1. Where the
+	// subscription keeps the order of a group key (driver.GroupOrderer:
+	// SQS FIFO, mem), the deliveries of one GroupKey run one at a time, in
+	// the broker's order, and different groups run concurrently; a
+	// delivery waiting behind its group's head takes a handler slot (see
+	// Ordered). Without
 	// Dedup a delivery holds its handler's place until its settle (ack,
 	// nack, terminate) is confirmed; with Dedup only until the handler
 	// returns (see Dedup), and up to 4 × Concurrency settles more may be
 	// in flight.
 	Concurrency int
+	// Ordered asks for the messages of one GroupKey to be handled one at a
+	// time, in publish order: a message's handler starts only once the one
+	// before it in its group has succeeded or been terminated; when it
+	// fails, the messages behind it are given back unhandled and come again
+	// after it. NewConsumer fails with an error matching
+	// ErrOrderingUnsupported, naming the fix, on a subscription that cannot
+	// keep that order, instead of running the group's messages at once.
+	// Where the subscription can, this order is kept with or without
+	// Ordered; Ordered makes a program that relies on it refuse a broker
+	// (or an entity) that would silently drop it. A message waiting behind
+	// its group's head holds a handler slot and no claim: it runs only
+	// before its claim deadline (window.ConsumerPlan.ClaimDeadline), else
+	// it is given back, so a stuck group holds its slots for at most that
+	// long.
+	Ordered bool
 	// Dedup, when set, wraps the handler in consumer-side deduplication.
 	// NewConsumer checks that its TTL covers the broker's redelivery span,
 	// plus all of PublisherSpan when that does not fit the broker window.
@@ -104,8 +124,11 @@ type Consumer struct {
 	// scrub takes what RedactURL hides of the URL it was opened by (if
 	// any) out of the driver's errors it logs and returns.
 	scrub scrubber
-	tel   *conTelemetry
-	stats conStats
+	// ordersGroups: the subscription keeps the order of a group key, so
+	// the Consumer runs a group's deliveries one at a time.
+	ordersGroups bool
+	tel          *conTelemetry
+	stats        conStats
 
 	mu     sync.Mutex
 	active *activeRun // nil when Run is not running
@@ -115,6 +138,7 @@ type Consumer struct {
 // activeRun is what Close needs to stop a running Run and wait for it.
 type activeRun struct {
 	stop           context.CancelFunc      // stops fetching: the drain starts
+	stopping       <-chan struct{}         // closed once stop was called, or Run's context ended
 	cancelHandlers context.CancelCauseFunc // ends the drain
 	done           chan struct{}           // closed when every handler has settled (and, after Close, the driver is closed)
 	closeErr       error                   // the driver's Close error; read after done
@@ -133,8 +157,10 @@ func (opts ConsumerOptions) plan(ttl time.Duration, w window.Window, r window.Re
 // NewConsumer wraps a driver subscription. It reads the window and the
 // broker's real redelivery settings and, when opts.Dedup is set, fails with
 // a *window.UnsafeRetryError if the dedup TTL does not cover them, and with
-// the Deduplicator's own error if it is a Checker whose store is not ready.
-// Only then does it let the driver create the stream, durable or queue its
+// the Deduplicator's own error if it is a Checker whose store is not ready;
+// with opts.Ordered, with an error matching ErrOrderingUnsupported if the
+// subscription cannot keep a group's order. Only then does it let the
+// driver create the stream, durable or queue its
 // configuration asks for (driver.Provisioner), so a refused open leaves
 // the broker as it was. On success the Consumer owns sub; on failure the
 // caller still does.
@@ -152,6 +178,11 @@ func NewConsumer(ctx context.Context, sub driver.Subscription, opts ConsumerOpti
 	}
 	storeChecked := false
 	check := func() error {
+		if opts.Ordered {
+			if _, err := ordersGroups(ctx, sub); err != nil {
+				return err
+			}
+		}
 		if opts.Dedup == nil {
 			return nil
 		}
@@ -174,6 +205,7 @@ func NewConsumer(ctx context.Context, sub driver.Subscription, opts ConsumerOpti
 	if err := checkThenProvision(ctx, sub, read, check); err != nil {
 		return nil, err
 	}
+	orders, _ := ordersGroups(ctx, sub)
 	if opts.Concurrency <= 0 {
 		opts.Concurrency = 1
 	}
@@ -188,6 +220,7 @@ func NewConsumer(ctx context.Context, sub driver.Subscription, opts ConsumerOpti
 		log = slog.Default()
 	}
 	c := &Consumer{sub: sub, opts: opts, clock: clock.Or(opts.Clock), log: log, win: w, redelivery: r}
+	c.ordersGroups = orders
 	c.claims = opts.plan(0, w, r)
 	if opts.Dedup != nil {
 		c.claims.DedupTTL = opts.Dedup.TTL()
@@ -220,7 +253,7 @@ func (c *Consumer) Run(ctx context.Context, h Handler) error {
 	defer cancelHandlers(nil)
 	rctx, stop := context.WithCancel(ctx)
 	defer stop()
-	run := &activeRun{stop: stop, cancelHandlers: cancelHandlers, done: make(chan struct{})}
+	run := &activeRun{stop: stop, stopping: rctx.Done(), cancelHandlers: cancelHandlers, done: make(chan struct{})}
 	c.mu.Lock()
 	switch {
 	case c.closed:
@@ -247,6 +280,9 @@ func (c *Consumer) Run(ctx context.Context, h Handler) error {
 	defer stopWatch()
 
 	p := &pipeline{slots: make(chan struct{}, c.opts.Concurrency), h: h}
+	if c.ordersGroups {
+		p.groups = &groupDispatch{active: map[string][]job{}}
+	}
 	workers := c.opts.Concurrency
 	if c.opts.Dedup != nil {
 		p.settles = make(chan struct{}, settlesPerSlot*c.opts.Concurrency)
@@ -277,7 +313,16 @@ func (c *Consumer) Run(ctx context.Context, h Handler) error {
 				ctx: wctx, detached: context.WithoutCancel(wctx)}
 			w.lease.extend = w.lease.run
 			for j := range work {
-				c.handle(p, w, j)
+				for {
+					err := c.handle(p, w, j)
+					if p.groups == nil {
+						break
+					}
+					var more bool
+					if j, more = p.groups.next(c, p, j, err); !more {
+						break
+					}
+				}
 			}
 		}()
 	}
@@ -285,8 +330,21 @@ func (c *Consumer) Run(ctx context.Context, h Handler) error {
 		// What the deliveries of one receive allocate, in one block.
 		ins := make([]inflight, len(ds))
 		received := c.clock.Now()
+		if p.groups == nil {
+			for i, d := range ds {
+				work <- job{d, &ins[i], received}
+			}
+			return
+		}
+		jobs := make([]job, len(ds))
 		for i, d := range ds {
-			work <- job{d, &ins[i], received}
+			jobs[i] = job{d, &ins[i], received}
+		}
+		// The whole receive is admitted before any of it starts: a head
+		// that finished before the ones behind it were queued would let
+		// them run as a new group's.
+		for _, j := range p.groups.admitAll(jobs) {
+			work <- j
 		}
 	})
 	// A receive that failed for good ends the Run as a stop does: the
@@ -461,6 +519,9 @@ type pipeline struct {
 	// a receive failed for good): every hold ends.
 	released <-chan struct{}
 	holds    sync.WaitGroup // the held nacks in progress
+	// groups runs the deliveries of one group key one at a time; nil
+	// where the subscription does not keep a group's order.
+	groups *groupDispatch
 }
 
 // handle runs p.h on one delivery, keeping its lease alive, then settles it,
@@ -468,8 +529,8 @@ type pipeline struct {
 // the Run has a dedup store (p.settles), only once the settle is confirmed
 // otherwise (see ConsumerOptions.Dedup). A handler that fails with
 // ErrUnavailable is run again on the delivery while retryUnavailable
-// allows.
-func (c *Consumer) handle(p *pipeline, w *worker, j job) {
+// allows. It returns the handler's last result.
+func (c *Consumer) handle(p *pipeline, w *worker, j job) error {
 	d, in := j.d, j.in
 	c.stats.received.Add(1)
 	ctx, span := c.tel.startDelivery(w.ctx, w.span, d)
@@ -488,17 +549,18 @@ func (c *Consumer) handle(p *pipeline, w *worker, j job) {
 	if p.settles == nil {
 		c.settleDelivery(ctx, p, w, &in.sctx, d, err)
 		<-p.slots
-		return
+		return err
 	}
 	if err == nil && p.fastAck != nil && p.fastAck.AckUnconfirmed(d) == nil {
 		<-p.slots
 		c.count(ctx, "ack", nil)
-		return
+		return nil
 	}
 	p.settles <- struct{}{}
 	<-p.slots
 	c.settleDelivery(ctx, p, w, &in.sctx, d, err)
 	<-p.settles
+	return err
 }
 
 // job is a delivery for a worker, the zero inflight it is handled in, and

@@ -34,10 +34,14 @@ type Message struct {
 	Body []byte
 	// Attributes are user metadata, delivered unchanged.
 	Attributes map[string]string
-	// GroupKey orders messages: those with the same key are delivered in
-	// publish order where the backend supports ordering (SQS
-	// MessageGroupId, Service Bus SessionId, Pub/Sub ordering key,
-	// JetStream subject suffix).
+	// GroupKey groups messages for ordering: where the subscription keeps
+	// a group's order (SQS FIFO's MessageGroupId, the in-memory broker),
+	// the Consumer handles the messages of one key one at a time, in
+	// publish order (ConsumerOptions.Ordered). Other backends carry it
+	// (Service Bus SessionId, Pub/Sub ordering key, JetStream subject
+	// suffix) but their Consumers do not order by it yet: a Consumer with
+	// Ordered refuses them at construction rather than drop the order
+	// silently.
 	GroupKey string
 }
 

@@ -219,6 +219,21 @@ type NackHolder interface {
 	MaxNackHold(d *Delivery) time.Duration
 }
 
+// GroupOrderer is implemented by a Subscription whose broker keeps the
+// messages of one GroupKey in publish order and hands out none of a group
+// while an earlier one of it is in flight (SQS FIFO's message groups, the
+// in-memory broker), though one receive may return several of a group at
+// once. The portable layer then runs a group's deliveries one at a time,
+// in the order received, and gives back those behind a failed one (a nack
+// with no delay) for the broker to hand out again after it.
+type GroupOrderer interface {
+	// OrdersGroups reports nil when this subscription keeps a group's
+	// order, else why not and what would (an entity created without
+	// sessions, a subscription without message ordering), for the
+	// portable layer's refusal of an ordered consumer.
+	OrdersGroups(ctx context.Context) error
+}
+
 // Provisioner is implemented by a Topic or Subscription whose
 // configuration asks it to create broker state that may be missing: a
 // stream, a durable consumer, an in-process queue. It exists so that a

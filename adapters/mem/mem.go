@@ -869,6 +869,10 @@ func (s *subscription) Window(context.Context) (window.Window, error) {
 	return s.q.b.window(s.q.name), nil
 }
 
+// OrdersGroups reports nil: the broker hands out a group's messages in
+// publish order, none while an earlier one is stored (driver.GroupOrderer).
+func (s *subscription) OrdersGroups(context.Context) error { return nil }
+
 func (s *subscription) Redelivery(context.Context) (window.RedeliveryPolicy, error) {
 	return s.q.b.redelivery(), nil
 }

@@ -40,6 +40,7 @@ type Subscription struct {
 var (
 	_ driver.Subscription = (*Subscription)(nil)
 	_ driver.Provisioner  = (*Subscription)(nil)
+	_ driver.GroupOrderer = (*Subscription)(nil)
 )
 
 // OpenSubscription opens the FIFO queue queueURL (a URL or a queue name)
@@ -86,6 +87,11 @@ func (s *Subscription) QueueInfo() QueueInfo { return s.q.current() }
 // asks for them and they are missing; otherwise it does nothing. See
 // Options.Create and driver.Provisioner.
 func (s *Subscription) Provision(ctx context.Context) error { return s.q.create(ctx) }
+
+// OrdersGroups reports nil: a FIFO queue hands out a message group's
+// messages in order, none while an earlier one of the group is in flight,
+// though one receive may return several of a group (driver.GroupOrderer).
+func (s *Subscription) OrdersGroups(context.Context) error { return nil }
 
 // Window reads the queue's attributes again and reports the 5-minute
 // window with the queue's dedup scope.

@@ -1,0 +1,251 @@
+// Tests of the Consumer's ordered groups against a channel-fed driver that
+// orders groups and returns several deliveries per receive, on a fake
+// clock where time matters: no services.
+package dedupq
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/dedupq/dedupq/clock"
+	"github.com/dedupq/dedupq/driver"
+	"github.com/dedupq/dedupq/internal/testutil"
+)
+
+// orderedSub is a chanSub whose broker orders groups, as SQS FIFO does,
+// and whose receive returns a whole batch at once.
+type orderedSub struct {
+	*chanSub
+	batches chan []*driver.Delivery
+}
+
+func newOrderedSub() *orderedSub {
+	return &orderedSub{chanSub: newChanSub(), batches: make(chan []*driver.Delivery, 10)}
+}
+
+func (s *orderedSub) OrdersGroups(context.Context) error { return nil }
+
+func (s *orderedSub) Receive(ctx context.Context, max int) ([]*driver.Delivery, error) {
+	select {
+	case ds := <-s.batches:
+		if len(ds) > max {
+			panic(fmt.Sprintf("a batch of %d for a receive of %d", len(ds), max))
+		}
+		return ds, nil
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+}
+
+// pushBatch makes one receive return deliveries of the IDs, each
+// "group-n" in group "group".
+func (s *orderedSub) pushBatch(ids ...string) {
+	var ds []*driver.Delivery
+	for _, id := range ids {
+		group, _, _ := strings.Cut(id, "-")
+		ds = append(ds, &driver.Delivery{Message: driver.Message{ID: id, GroupKey: group}, Attempt: 1, BackendID: "b-" + id})
+	}
+	s.batches <- ds
+}
+
+// runLog records handler starts and ends, in order.
+type runLog struct {
+	mu     sync.Mutex
+	events []string
+}
+
+func (tr *runLog) add(e string) {
+	tr.mu.Lock()
+	defer tr.mu.Unlock()
+	tr.events = append(tr.events, e)
+}
+
+func (tr *runLog) get() []string {
+	tr.mu.Lock()
+	defer tr.mu.Unlock()
+	return slices.Clone(tr.events)
+}
+
+func (tr *runLog) has(e string) bool { return slices.Contains(tr.get(), e) }
+
+// The deliveries of one group run one at a time in the order received,
+// each after the one before it succeeded or was terminated, while another
+// group runs beside them.
+func TestGroupRunsInOrderBesideOtherGroups(t *testing.T) {
+	sub := newOrderedSub()
+	c, err := NewConsumer(context.Background(), sub, ConsumerOptions{Concurrency: 4, Ordered: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var tr runLog
+	stop := runConsumer(t, c, func(_ context.Context, d *Delivery) error {
+		id := d.Message.ID
+		tr.add("start " + id)
+		defer tr.add("end " + id)
+		if id == "a-1" {
+			// The other group runs meanwhile: a-1 ends only once b-1 has
+			// started.
+			testutil.WaitFor(t, func() bool { return tr.has("start b-1") })
+		}
+		if id == "a-2" {
+			return Permanent(errors.New("poison")) // terminated: a-3 goes on
+		}
+		return nil
+	})
+	defer stop()
+	sub.pushBatch("a-1", "a-2", "a-3", "b-1")
+	testutil.WaitFor(t, func() bool { return sub.get("a-3") != "" && sub.get("b-1") != "" })
+	var order []string
+	for _, e := range tr.get() {
+		if e[len(e)-3] == 'a' {
+			order = append(order, e)
+		}
+	}
+	want := []string{"start a-1", "end a-1", "start a-2", "end a-2", "start a-3", "end a-3"}
+	if !slices.Equal(order, want) {
+		t.Errorf("group a ran %q, want %q", order, want)
+	}
+	for id, want := range map[string]string{"a-1": "ack", "a-2": "term", "a-3": "ack", "b-1": "ack"} {
+		if got := sub.get(id); got != want {
+			t.Errorf("%s settled %q, want %q", id, got, want)
+		}
+	}
+}
+
+// When a group's head fails, the deliveries behind it are given back
+// unhandled, to come again after it.
+func TestGroupHeadFailureGivesBackTheRest(t *testing.T) {
+	sub := newOrderedSub()
+	c, err := NewConsumer(context.Background(), sub, ConsumerOptions{Concurrency: 4})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var tr runLog
+	stop := runConsumer(t, c, func(_ context.Context, d *Delivery) error {
+		tr.add("start " + d.Message.ID)
+		if d.Message.ID == "a-1" {
+			return errors.New("failed")
+		}
+		return nil
+	})
+	defer stop()
+	sub.pushBatch("a-1", "a-2", "a-3", "b-1")
+	testutil.WaitFor(t, func() bool { return sub.get("a-3") != "" && sub.get("b-1") != "" })
+	if got := tr.get(); slices.Contains(got, "start a-2") || slices.Contains(got, "start a-3") {
+		t.Errorf("ran %q: a delivery behind a failed head ran", got)
+	}
+	for id, want := range map[string]string{"a-1": "nack 7s", "a-2": "nack 0s", "a-3": "nack 0s", "b-1": "ack"} {
+		if got := sub.get(id); got != want {
+			t.Errorf("%s settled %q, want %q", id, got, want)
+		}
+	}
+	if s := c.Stats(); s.Received != 4 || s.Nacked != 3 || s.Acked != 1 {
+		t.Errorf("stats = %+v, want 4 received, 3 nacked, 1 acked", s)
+	}
+}
+
+// A delivery that waited behind its group's head past its claim deadline
+// (the ack wait, 30s here) is given back with those behind it: started
+// then, it would claim its key later than the startup check counts.
+func TestGroupFollowerPastItsClaimDeadlineIsGivenBack(t *testing.T) {
+	fake := clock.NewFake(time.Unix(0, 0))
+	sub := newOrderedSub()
+	c, err := NewConsumer(context.Background(), sub, ConsumerOptions{Concurrency: 4, Clock: fake})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var tr runLog
+	release := make(chan struct{})
+	stop := runConsumer(t, c, func(_ context.Context, d *Delivery) error {
+		tr.add("start " + d.Message.ID)
+		if d.Message.ID == "a-1" {
+			<-release
+		}
+		return nil
+	})
+	defer stop()
+	sub.pushBatch("a-1", "a-2", "a-3")
+	testutil.WaitFor(t, func() bool { return tr.has("start a-1") })
+	fake.Advance(30 * time.Second)
+	close(release)
+	testutil.WaitFor(t, func() bool { return sub.get("a-3") != "" })
+	if got := tr.get(); !slices.Equal(got, []string{"start a-1"}) {
+		t.Errorf("ran %q, want only the head", got)
+	}
+	for id, want := range map[string]string{"a-1": "ack", "a-2": "nack 0s", "a-3": "nack 0s"} {
+		if got := sub.get(id); got != want {
+			t.Errorf("%s settled %q, want %q", id, got, want)
+		}
+	}
+}
+
+// The deliveries waiting behind a group's head when the Run stops are
+// given back once the head has settled, not started.
+func TestGroupFollowersGivenBackWhenTheRunStops(t *testing.T) {
+	sub := newOrderedSub()
+	c, err := NewConsumer(context.Background(), sub, ConsumerOptions{Concurrency: 4})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var tr runLog
+	release := make(chan struct{})
+	stop := runConsumer(t, c, func(_ context.Context, d *Delivery) error {
+		tr.add("start " + d.Message.ID)
+		if d.Message.ID == "a-1" {
+			<-release
+		}
+		return nil
+	})
+	sub.pushBatch("a-1", "a-2")
+	testutil.WaitFor(t, func() bool { return tr.has("start a-1") })
+	stopped := make(chan error, 1)
+	go func() { stopped <- stop() }()
+	testutil.WaitFor(t, func() bool { return c.isStopping() })
+	close(release)
+	if err := within(t, stopped, "Run"); err != nil {
+		t.Fatal(err)
+	}
+	if got := tr.get(); !slices.Equal(got, []string{"start a-1"}) {
+		t.Errorf("ran %q, want only the head", got)
+	}
+	if got := sub.get("a-2"); got != "nack 0s" {
+		t.Errorf("a-2 settled %q, want given back (nack 0s)", got)
+	}
+}
+
+// Ordered on a subscription that cannot keep a group's order is refused at
+// construction, with the reason; without Ordered such a subscription runs
+// a group's deliveries at once, as before.
+func TestOrderedRefusedWhereTheBrokerCannotOrder(t *testing.T) {
+	_, err := NewConsumer(context.Background(), newChanSub(), ConsumerOptions{Ordered: true})
+	if !errors.Is(err, ErrOrderingUnsupported) {
+		t.Fatalf("NewConsumer = %v, want ErrOrderingUnsupported", err)
+	}
+	refusing := &refusingOrderSub{orderedSub: newOrderedSub()}
+	_, err = NewConsumer(context.Background(), refusing, ConsumerOptions{Ordered: true})
+	if !errors.Is(err, ErrOrderingUnsupported) || !errors.Is(err, errNoSessions) {
+		t.Fatalf("NewConsumer = %v, want ErrOrderingUnsupported wrapping the driver's reason", err)
+	}
+	if _, err := NewConsumer(context.Background(), refusing, ConsumerOptions{}); err != nil {
+		t.Fatalf("without Ordered: %v", err)
+	}
+}
+
+// isStopping reports whether c's Run has begun to stop.
+func (c *Consumer) isStopping() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.active != nil && isDone(c.active.stopping)
+}
+
+var errNoSessions = errors.New("the queue was created without sessions; create it with RequiresSession")
+
+type refusingOrderSub struct{ *orderedSub }
+
+func (refusingOrderSub) OrdersGroups(context.Context) error { return errNoSessions }
