@@ -59,7 +59,7 @@ func (s *suite) newTracedEnv(t *testing.T, cfg Config, concurrency int, tp trace
 	}
 	t.Cleanup(func() { pub.Close(context.Background()) })
 	con, err := dedupq.NewConsumer(ctx, ent.Subscription, dedupq.ConsumerOptions{
-		Concurrency: concurrency, Clock: ent.Clock, TracerProvider: tp,
+		Concurrency: concurrency, Clock: ent.Clock, TracerProvider: tp, Ordered: s.caps.OrdersGroups,
 		Logger: slog.New(slog.NewTextHandler(t.Output(), nil)),
 	})
 	if err != nil {

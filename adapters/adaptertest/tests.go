@@ -332,10 +332,23 @@ func checkInvalid(t *testing.T, err error, field string) {
 
 // testGroupOrdering: within a group, messages are handled one at a time in
 // publish order, even when the first is nacked and redelivered, while
-// another group proceeds independently.
+// another group proceeds independently (every env of such a backend asks
+// for it: ConsumerOptions.Ordered). A backend that does not order by group
+// key must refuse a Consumer that asks, never run it unordered.
 func testGroupOrdering(t *testing.T, s *suite) {
 	if !s.caps.OrdersGroups {
-		t.Skip("the harness says the backend does not order by group key")
+		ent := s.open(t, DefaultConfig())
+		defer ent.Topic.Close()
+		con, err := dedupq.NewConsumer(t.Context(), ent.Subscription, dedupq.ConsumerOptions{Ordered: true})
+		if err == nil {
+			con.Close(context.Background())
+			t.Fatal("NewConsumer accepted Ordered on a backend the harness says does not order by group key")
+		}
+		defer ent.Subscription.Close()
+		if !errors.Is(err, dedupq.ErrOrderingUnsupported) {
+			t.Fatalf("NewConsumer = %v, want an error matching ErrOrderingUnsupported", err)
+		}
+		return
 	}
 	e := s.newEnv(t, DefaultConfig(), 4)
 	groups := []string{"ga", "gb"}
