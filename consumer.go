@@ -51,7 +51,9 @@ type ConsumerOptions struct {
 	// its group's head holds a handler slot and no claim: it runs only
 	// before its claim deadline (window.ConsumerPlan.ClaimDeadline), else
 	// it is given back, so a stuck group holds its slots for at most that
-	// long.
+	// long. A message given back costs one of its deliveries: give the
+	// entity an ack wait at least twice what the messages of a group that
+	// one receive returns (up to ten on SQS) take to run in turn.
 	Ordered bool
 	// Dedup, when set, wraps the handler in consumer-side deduplication.
 	// NewConsumer checks that its TTL covers the broker's redelivery span,
