@@ -129,6 +129,7 @@ type Consumer struct {
 	// ordersGroups: the subscription keeps the order of a group key, so
 	// the Consumer runs a group's deliveries one at a time.
 	ordersGroups bool
+	failures     failureLog // handler failures, logged by kind
 	tel          *conTelemetry
 	stats        conStats
 
@@ -223,6 +224,7 @@ func NewConsumer(ctx context.Context, sub driver.Subscription, opts ConsumerOpti
 	}
 	c := &Consumer{sub: sub, opts: opts, clock: clock.Or(opts.Clock), log: log, win: w, redelivery: r}
 	c.ordersGroups = orders
+	c.failures = failureLog{log: log, clock: c.clock, kinds: map[string]*failureKind{}}
 	c.claims = opts.plan(0, w, r)
 	if opts.Dedup != nil {
 		c.claims.DedupTTL = opts.Dedup.TTL()
@@ -542,6 +544,7 @@ func (c *Consumer) handle(p *pipeline, w *worker, j job) error {
 	copyDelivery(&in.d, d)
 	err := safeCall(ctx, p.h, &in.d)
 	if errors.Is(err, ErrUnavailable) && !IsPermanent(err) {
+		c.failures.failed(ctx, d, err, "held and run again with backoff until its claim deadline")
 		err = c.retryUnavailable(ctx, p, d, j.received, err)
 	}
 	lease.stop()
@@ -656,10 +659,17 @@ func (c *Consumer) settleDelivery(ctx context.Context, p *pipeline, w *worker, s
 	if what == "nack" && p.holder != nil {
 		hold := min(delay, p.holder.MaxNackHold(d))
 		if hold > 0 {
+			c.failures.failed(ctx, d, err, "nack, held "+window.FormatDuration(hold)+" first")
 			c.hold(ctx, p, d, err, hold, w.lease.renewed)
 			return
 		}
 		delay = 0
+	}
+	switch what {
+	case "terminate":
+		c.failures.failed(ctx, d, err, "terminate (dead-letter where the backend can)")
+	case "nack":
+		c.failures.failed(ctx, d, err, "nack, redelivered after "+window.FormatDuration(delay))
 	}
 	detached := w.detached
 	if ctx != w.ctx {
@@ -833,12 +843,12 @@ func (c *Consumer) countExtension(ctx context.Context, err error) {
 	c.tel.extended(ctx, outcome)
 }
 
-// safeCall runs h, turning a panic into an error so one bad message cannot
-// take the consumer down.
+// safeCall runs h, turning a panic into a *PanicError so one bad message
+// cannot take the consumer down.
 func safeCall(ctx context.Context, h Handler, d *Delivery) (err error) {
 	defer func() {
 		if r := recover(); r != nil {
-			err = fmt.Errorf("dedupq: handler panicked: %v", r)
+			err = recoverPanic(r)
 		}
 	}()
 	return h(ctx, d)

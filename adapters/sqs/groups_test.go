@@ -55,7 +55,7 @@ func (f *groupAPI) ReceiveMessage(ctx context.Context, _ *awssqs.ReceiveMessageI
 			MessageId: aws.String("mid-" + n), ReceiptHandle: aws.String("rh-" + n), Body: aws.String(n),
 			Attributes: map[string]string{
 				string(types.MessageSystemAttributeNameMessageDeduplicationId):  n,
-				string(types.MessageSystemAttributeNameMessageGroupId):         "g",
+				string(types.MessageSystemAttributeNameMessageGroupId):          "g",
 				string(types.MessageSystemAttributeNameApproximateReceiveCount): "1",
 			},
 		})
