@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -46,6 +47,29 @@ func publishTimed(ctx context.Context, pub *dedupq.Publisher, prefix string, gro
 	}
 	_, err := pub.PublishBatch(ctx, msgs)
 	return w.stop(), err
+}
+
+// concurrently runs send for 0 … n−1 from consumeConcurrency goroutines,
+// each taking the next index when its last send returned, and returns the
+// first error.
+func concurrently(n int64, send func(i int64) error) error {
+	var next atomic.Int64
+	var first atomic.Pointer[error]
+	var wg sync.WaitGroup
+	for range consumeConcurrency {
+		wg.Go(func() {
+			for i := next.Add(1) - 1; i < n && first.Load() == nil; i = next.Add(1) - 1 {
+				if err := send(i); err != nil {
+					first.CompareAndSwap(nil, &err)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	if err := first.Load(); err != nil {
+		return *err
+	}
+	return nil
 }
 
 // groupKey spreads messages over groups message groups.
@@ -287,6 +311,41 @@ func jetstreamRows(ctx context.Context, c config, url string) ([]row, func(), er
 		defer pub.Close(context.Background())
 		return publishTimed(ctx, pub, "m", 0, n)
 	}}
+	// One message a call from 64 goroutines, each waiting for its own
+	// answer.
+	rawCalls := side{"PublishMsg×64 goroutines", func(ctx context.Context, _ int, n int64) (time.Duration, error) {
+		cfg, err := stream(ctx)
+		if err != nil {
+			return 0, err
+		}
+		w := startWatch()
+		err = concurrently(n, func(i int64) error {
+			_, err := js.PublishMsg(ctx, &nats.Msg{Subject: cfg.Subject, Data: payload}, jetstream.WithMsgID("m"+strconv.FormatInt(i, 10)))
+			return err
+		})
+		return w.stop(), err
+	}}
+	dqCalls := side{"Publish×64 goroutines", func(ctx context.Context, _ int, n int64) (time.Duration, error) {
+		cfg, err := stream(ctx)
+		if err != nil {
+			return 0, err
+		}
+		top, err := djs.OpenTopic(ctx, nc, cfg)
+		if err != nil {
+			return 0, err
+		}
+		pub, err := dedupq.NewPublisher(ctx, top, dedupq.PublisherOptions{})
+		if err != nil {
+			return 0, err
+		}
+		defer pub.Close(context.Background())
+		w := startWatch()
+		err = concurrently(n, func(i int64) error {
+			_, err := pub.Publish(ctx, &dedupq.Message{ID: "m" + strconv.FormatInt(i, 10), Body: payload})
+			return err
+		})
+		return w.stop(), err
+	}}
 	filled := func(ctx context.Context, n int64) (djs.Config, error) {
 		return untimed(ctx, func(ctx context.Context) (djs.Config, error) {
 			cfg, err := stream(ctx)
@@ -441,6 +500,7 @@ func jetstreamRows(ctx context.Context, c config, url string) ([]row, func(), er
 	n := int64(20_000)
 	rows := []row{
 		{name: "publish 1 KiB", conc: 1, n: n, goal: 0.95, allocGoal: true, raw: rawPublish, dq: dqPublish},
+		{name: "publish calls", conc: consumeConcurrency, n: n, raw: rawCalls, dq: dqCalls},
 		{name: "consume", conc: consumeConcurrency, n: n, allocGoal: true, raw: rawConsume, dq: dqConsume("Consumer", nil)},
 		// The same Consumer beside raw acks confirmed as its own are.
 		{name: "consume", conc: consumeConcurrency, n: n, raw: rawConsumeConfirmed, dq: dqConsume("Consumer", nil)},

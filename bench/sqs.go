@@ -142,6 +142,46 @@ func sqsRows(ctx context.Context, _ config) ([]row, func(), error) {
 			return url, err
 		})
 	}
+	// One message a call from 64 goroutines, each waiting for its own
+	// answer: how users write a publisher without batching by hand.
+	rawCalls := onClient("SendMessage×64 goroutines", func(ctx context.Context, client *awssqs.Client, n int64) (time.Duration, error) {
+		url, err := queue(ctx)
+		if err != nil {
+			return 0, err
+		}
+		w := startWatch()
+		err = concurrently(n, func(i int64) error {
+			id := "m" + strconv.FormatInt(i, 10)
+			_, err := client.SendMessage(ctx, &awssqs.SendMessageInput{
+				QueueUrl: aws.String(url), MessageBody: aws.String(string(textBody)),
+				MessageDeduplicationId: aws.String(id), MessageGroupId: aws.String(groupKey(i, consumeConcurrency)),
+			})
+			return err
+		})
+		return w.stop(), err
+	})
+	dqCalls := onClient("Publish×64 goroutines", func(ctx context.Context, client *awssqs.Client, n int64) (time.Duration, error) {
+		url, err := queue(ctx)
+		if err != nil {
+			return 0, err
+		}
+		top, err := sqs.OpenTopic(ctx, client, url, nil)
+		if err != nil {
+			return 0, err
+		}
+		pub, err := dedupq.NewPublisher(ctx, top, dedupq.PublisherOptions{})
+		if err != nil {
+			top.Close()
+			return 0, err
+		}
+		defer pub.Close(context.Background())
+		w := startWatch()
+		err = concurrently(n, func(i int64) error {
+			_, err := pub.Publish(ctx, &dedupq.Message{ID: "m" + strconv.FormatInt(i, 10), Body: textBody, GroupKey: groupKey(i, consumeConcurrency)})
+			return err
+		})
+		return w.stop(), err
+	})
 	rawConsume := onClient("ReceiveMessage+DeleteMessageBatch", func(ctx context.Context, client *awssqs.Client, n int64) (time.Duration, error) {
 		url, err := filled(ctx, n)
 		if err != nil {
@@ -198,6 +238,7 @@ func sqsRows(ctx context.Context, _ config) ([]row, func(), error) {
 	n := int64(5_000)
 	rows := []row{
 		{name: "publish 1 KiB", conc: 1, n: n, allocGoal: true, raw: rawPublish, dq: dqPublish},
+		{name: "publish calls", conc: consumeConcurrency, n: n, raw: rawCalls, dq: dqCalls},
 		{name: "consume", conc: consumeConcurrency, n: n, allocGoal: true, raw: rawConsume, dq: dqConsume("Consumer", false)},
 		{name: "consume+guard", conc: consumeConcurrency, n: n, raw: rawConsume, dq: dqConsume("Consumer+Guard(memstore)", true)},
 	}

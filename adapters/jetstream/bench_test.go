@@ -119,6 +119,34 @@ func BenchmarkPublish(b *testing.B) {
 		}
 		reportRate(b, start)
 	})
+	// The raw client as users write it for one answer per message: 64
+	// goroutines, each publishing and waiting for its PubAck.
+	b.Run("raw-concurrent-publish", func(b *testing.B) {
+		nc := connect(b, srv)
+		cfg := benchStream(b, nc)
+		js, _ := jetstream.New(nc)
+		warmUp(b, nc, cfg)
+		var next, failed atomic.Int64
+		b.SetBytes(int64(len(payload)))
+		b.ResetTimer()
+		start := time.Now()
+		var wg sync.WaitGroup
+		for range consumeConcurrency {
+			wg.Go(func() {
+				for i := next.Add(1) - 1; i < int64(b.N); i = next.Add(1) - 1 {
+					_, err := js.PublishMsg(context.Background(), &nats.Msg{Subject: cfg.Subject, Data: payload}, jetstream.WithMsgID(strconv.FormatInt(i, 10)))
+					if err != nil {
+						failed.Add(1)
+					}
+				}
+			})
+		}
+		wg.Wait()
+		reportRate(b, start)
+		if n := failed.Load(); n > 0 {
+			b.Fatalf("%d publishes failed", n)
+		}
+	})
 	// Publish as users write it: one message a call, from 64 goroutines
 	// at once. The Publisher sends concurrent calls together.
 	b.Run("dedupq-concurrent-publish", func(b *testing.B) {
