@@ -105,10 +105,16 @@ type ConsumerOptions struct {
 	// MeterProvider receives dedupq's consume metrics (OBSERVABILITY.md
 	// lists them); nil means otel.GetMeterProvider().
 	MeterProvider metric.MeterProvider
-	// TracerProvider receives a span per delivery, child of the
-	// publisher's span when the message carries its trace context, with
-	// the handler's span as its child; nil means otel.GetTracerProvider().
+	// TracerProvider receives a span per delivery (the messaging
+	// conventions' "process" span), child of the publisher's span when the
+	// message carries its trace context, and the parent of the handler's
+	// context; nil means otel.GetTracerProvider().
 	TracerProvider trace.TracerProvider
+	// HandlerSpan adds a span of the handler alone ("dedupq.handler"),
+	// child of the delivery's, apart from the dedup store's calls. Off by
+	// default: a second span per delivery costs about as much again as
+	// the first.
+	HandlerSpan bool
 }
 
 // Consumer receives deliveries and runs a Handler on each, settling each

@@ -299,7 +299,9 @@ func newConTelemetry(opts ConsumerOptions, w window.Window, r window.RedeliveryP
 			t.idleGlobal = otel.GetTracerProvider()
 		}
 		t.processName, t.system = "process "+system, system
-		t.handlerOpts = []trace.SpanStartOption{trace.WithSpanKind(trace.SpanKindInternal)}
+		if opts.HandlerSpan {
+			t.handlerOpts = []trace.SpanStartOption{trace.WithSpanKind(trace.SpanKindInternal)}
+		}
 	}
 	mp := opts.MeterProvider
 	if mp == nil {
@@ -423,7 +425,7 @@ func (t *conTelemetry) traceHandler(h Handler) Handler {
 	}
 	return func(ctx context.Context, d *Delivery) error {
 		span := offSpan
-		if t.spans() {
+		if t.handlerOpts != nil && t.spans() {
 			ctx, span = t.tracer.Start(ctx, "dedupq.handler", t.handlerOpts...)
 		}
 		// Enabled: the global provider's instruments record nothing until

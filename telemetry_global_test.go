@@ -60,7 +60,7 @@ func TestGlobalTracerProviderInstalledLate(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer pub.Close(ctx)
-	con, err := dedupq.NewConsumer(ctx, broker.Subscription("q"), dedupq.ConsumerOptions{MeterProvider: oteloff.MeterProvider{}})
+	con, err := dedupq.NewConsumer(ctx, broker.Subscription("q"), dedupq.ConsumerOptions{MeterProvider: oteloff.MeterProvider{}, HandlerSpan: true})
 	if err != nil {
 		t.Fatal(err)
 	}

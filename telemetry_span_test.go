@@ -189,3 +189,73 @@ func TestTraceStateReachesTheHandler(t *testing.T) {
 		})
 	}
 }
+
+// By default a delivery has one span: the process span, which is the
+// handler's parent context, so that the handler's own spans and logs join
+// the message's trace; HandlerSpan adds a span of the handler alone.
+func TestOneSpanPerDeliveryByDefault(t *testing.T) {
+	for _, handlerSpan := range []bool{false, true} {
+		t.Run("HandlerSpan="+strconv.FormatBool(handlerSpan), func(t *testing.T) {
+			ctx := context.Background()
+			rec := tracetest.NewSpanRecorder()
+			tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec))
+			broker := mem.NewBroker(mem.Options{DedupWindow: 2 * time.Minute})
+			pub, err := dedupq.NewPublisher(ctx, broker.Topic("q"), dedupq.PublisherOptions{TracerProvider: tp})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer pub.Close(ctx)
+			if _, err := pub.Publish(ctx, &dedupq.Message{ID: "a"}); err != nil {
+				t.Fatal(err)
+			}
+			con, err := dedupq.NewConsumer(ctx, broker.Subscription("q"), dedupq.ConsumerOptions{TracerProvider: tp, HandlerSpan: handlerSpan})
+			if err != nil {
+				t.Fatal(err)
+			}
+			runCtx, stop := context.WithCancel(ctx)
+			seen := make(chan trace.SpanContext, 1)
+			done := make(chan error, 1)
+			go func() {
+				done <- con.Run(runCtx, func(ctx context.Context, _ *dedupq.Delivery) error {
+					seen <- trace.SpanContextFromContext(ctx)
+					return nil
+				})
+			}()
+			var inHandler trace.SpanContext
+			select {
+			case inHandler = <-seen:
+			case <-time.After(30 * time.Second):
+				t.Fatal("no delivery")
+			}
+			stop()
+			if err := <-done; err != nil {
+				t.Fatal(err)
+			}
+			_ = con.Close(ctx)
+			var process, handler sdktrace.ReadOnlySpan
+			for _, s := range rec.Ended() {
+				switch s.Name() {
+				case "process mem":
+					process = s
+				case "dedupq.handler":
+					handler = s
+				}
+			}
+			if process == nil {
+				t.Fatalf("no process span in %v", rec.Ended())
+			}
+			want := process.SpanContext().SpanID()
+			if handlerSpan {
+				if handler == nil || handler.Parent().SpanID() != want {
+					t.Fatalf("HandlerSpan: handler span %v, want a child of the process span", handler)
+				}
+				want = handler.SpanContext().SpanID()
+			} else if handler != nil {
+				t.Fatalf("a handler span by default: %v", handler.Name())
+			}
+			if inHandler.SpanID() != want {
+				t.Errorf("the handler's context carries span %s, want %s", inHandler.SpanID(), want)
+			}
+		})
+	}
+}

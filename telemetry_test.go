@@ -235,7 +235,7 @@ func TestTracePropagatesThroughMem(t *testing.T) {
 	if _, err := pub.Publish(ctx, &dedupq.Message{ID: "a", Attributes: map[string]string{"k": "v"}}); err != nil {
 		t.Fatal(err)
 	}
-	con, err := dedupq.NewConsumer(ctx, broker.Subscription("orders"), dedupq.ConsumerOptions{TracerProvider: tp})
+	con, err := dedupq.NewConsumer(ctx, broker.Subscription("orders"), dedupq.ConsumerOptions{TracerProvider: tp, HandlerSpan: true})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,19 +1,25 @@
 package adaptertest
 
 import (
+	"context"
 	"maps"
 	"strings"
+	"sync"
 	"testing"
 
 	"go.opentelemetry.io/otel/attribute"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/dedupq/dedupq"
 )
 
 // testTraceContext: the W3C trace context crosses the broker in the
 // message's attributes, so the consumer's span for a delivery has the
-// publisher's span as its parent and the handler's span is the consumer
-// span's child; the handler sees only the user's attributes.
+// publisher's span as its parent and is the handler's context (no span of
+// the handler alone, by default); the handler sees only the user's
+// attributes.
 func testTraceContext(t *testing.T, s *suite) {
 	rec := tracetest.NewSpanRecorder()
 	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec))
@@ -21,12 +27,21 @@ func testTraceContext(t *testing.T, s *suite) {
 	m := e.msg("trace")
 	m.Attributes = map[string]string{"color": "blue"}
 	e.publish(m)
-	ds := e.consume("the traced message", ack, has(m.ID))
+	var mu sync.Mutex
+	var inHandler trace.SpanContext
+	ds := e.consume("the traced message", func(ctx context.Context, d *dedupq.Delivery) error {
+		if d.Message.ID == m.ID {
+			mu.Lock()
+			inHandler = trace.SpanContextFromContext(ctx)
+			mu.Unlock()
+		}
+		return nil
+	}, has(m.ID))
 	if got := deliveredOf(ds, m.ID)[0].Message.Attributes; !maps.Equal(got, m.Attributes) {
 		t.Errorf("handler saw attributes %v, want %v: the trace context must not reach it", got, m.Attributes)
 	}
 	// The consumer is stopped, so every span of the delivery has ended.
-	var send, process, handler sdktrace.ReadOnlySpan
+	var send, process sdktrace.ReadOnlySpan
 	for _, sp := range rec.Ended() {
 		switch {
 		case strings.HasPrefix(sp.Name(), "send "):
@@ -39,16 +54,18 @@ func testTraceContext(t *testing.T, s *suite) {
 		t.Fatalf("want a send span and a process span for %s; recorded %d spans", m.ID, len(rec.Ended()))
 	}
 	for _, sp := range rec.Ended() {
-		if sp.Name() == "dedupq.handler" && sp.Parent().SpanID() == process.SpanContext().SpanID() {
-			handler = sp
+		if sp.Name() == "dedupq.handler" {
+			t.Errorf("a dedupq.handler span by default (ConsumerOptions.HandlerSpan is off)")
 		}
 	}
 	if process.Parent().TraceID() != send.SpanContext().TraceID() || process.Parent().SpanID() != send.SpanContext().SpanID() {
 		t.Errorf("process span's parent = %s/%s, want the send span %s/%s", process.Parent().TraceID(), process.Parent().SpanID(),
 			send.SpanContext().TraceID(), send.SpanContext().SpanID())
 	}
-	if handler == nil {
-		t.Error("no dedupq.handler span is a child of the process span")
+	mu.Lock()
+	defer mu.Unlock()
+	if inHandler.SpanID() != process.SpanContext().SpanID() {
+		t.Errorf("the handler's context carries span %s, want the process span %s", inHandler.SpanID(), process.SpanContext().SpanID())
 	}
 }
 
