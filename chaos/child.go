@@ -89,7 +89,11 @@ func publishChild(args []string) error {
 	}
 	defer pub.Close(context.WithoutCancel(ctx))
 	order := sendOrder(*n, *index, *count, *dup, *seed)
-	err = publishOrder(ctx, pub, order, *grouped, nil, func(k int) { fmt.Printf("progress %d\n", k) })
+	var group func(int) string
+	if *grouped {
+		group = messageGroup
+	}
+	err = publishOrder(ctx, pub, order, group, nil, func(k int) { fmt.Printf("progress %d\n", k) })
 	if err != nil {
 		return err
 	}

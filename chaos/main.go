@@ -97,6 +97,11 @@ type config struct {
 	// settle bounds the wait for every message to be settled after the
 	// last publish.
 	settle time.Duration
+	// ordered gives message i the GroupKey of group i % groups and runs
+	// the consumers with ConsumerOptions.Ordered: every group's first
+	// effects must come in publish order (mem only, for now).
+	ordered bool
+	groups  int
 	// keep leaves the work directory (server data and logs) in place.
 	keep    bool
 	verbose bool
@@ -106,6 +111,7 @@ func defaultConfig() config {
 	return config{
 		backend: "jetstream", store: "pg", n: 20000, seed: 1, dupRatio: 0.2,
 		publishers: 2, consumers: 3, concurrency: 16, kills: 2, settle: 3 * time.Minute,
+		groups: 200,
 	}
 }
 
@@ -120,6 +126,8 @@ func (c *config) flags(fs *flag.FlagSet) {
 	fs.IntVar(&c.concurrency, "concurrency", c.concurrency, "handlers per consumer")
 	fs.IntVar(&c.kills, "kills", c.kills, "SIGKILLs per consumer process")
 	fs.DurationVar(&c.settle, "settle", c.settle, "bound on the wait for every message to settle")
+	fs.BoolVar(&c.ordered, "ordered", c.ordered, "ordered groups: message i in group i % -groups, consumers with ConsumerOptions.Ordered; checks each group's effects come in publish order (mem only)")
+	fs.IntVar(&c.groups, "groups", c.groups, "ordering groups of an -ordered run; a multiple of -publishers, so that each group has one publisher")
 	fs.BoolVar(&c.keep, "keep", c.keep, "keep the work directory (server data and logs)")
 	fs.BoolVar(&c.verbose, "v", c.verbose, "log every fault and the children's warnings")
 }
@@ -144,6 +152,14 @@ func (c *config) check() error {
 	}
 	if c.dupRatio < 0 || c.dupRatio > 1 {
 		return fmt.Errorf("-dup %v is not a share between 0 and 1", c.dupRatio)
+	}
+	if c.ordered {
+		switch {
+		case c.backend != "mem":
+			return fmt.Errorf("-ordered runs on -backend mem only (for now), not %s", c.backend)
+		case c.groups < 1 || c.groups%c.publishers != 0:
+			return fmt.Errorf("-groups %d: want a positive multiple of -publishers (%d), so that each group's messages come from one publisher, in order", c.groups, c.publishers)
+		}
 	}
 	return nil
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"runtime"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -112,7 +113,7 @@ func runMem(ctx context.Context, cfg config, log *logger) (*result, error) {
 		}
 		con, err := dedupq.NewConsumer(ctx, broker.Subscription(queue), dedupq.ConsumerOptions{
 			Concurrency: cfg.concurrency, Dedup: guard, PublisherSpan: retry.WithDefaults().Span(),
-			ShutdownTimeout: shutdownTimeout, Logger: quiet,
+			ShutdownTimeout: shutdownTimeout, Logger: quiet, Ordered: cfg.ordered,
 		})
 		if err != nil {
 			return nil, err
@@ -151,6 +152,14 @@ func runMem(ctx context.Context, cfg config, log *logger) (*result, error) {
 		consumers[i] = c
 	}
 
+	// In an ordered run, group i % groups: each group's messages come from
+	// one publisher (groups is a multiple of publishers), in increasing
+	// order, so their first effects must come in that order too.
+	var groupOf func(int) string
+	if cfg.ordered {
+		groupOf = func(i int) string { return "g" + strconv.Itoa(i%cfg.groups) }
+	}
+
 	// Publishers: publisher 0 is stopped at killAt sends on its first run
 	// and started again from the beginning.
 	var pubWG sync.WaitGroup
@@ -172,7 +181,7 @@ func runMem(ctx context.Context, cfg config, log *logger) (*result, error) {
 				if run == 0 && stopAt >= 0 {
 					limit = stopAt
 				}
-				err = publishOrder(ctx, pub, order[:limit], false, nil, nil)
+				err = publishOrder(ctx, pub, order[:limit], groupOf, nil, nil)
 				pub.Close(ctx)
 				if err != nil {
 					pubErr.Store(&err)
@@ -254,6 +263,9 @@ loop:
 	res.wall = time.Since(start)
 	effects.mu.Lock()
 	tally(res, cfg.n, effects.rows, nil)
+	if cfg.ordered {
+		checkGroupOrder(res, cfg.groups, effects.rows)
+	}
 	effects.mu.Unlock()
 	bs := broker.Stats(queue)
 	log.Printf("broker: %d stored sends, %d dropped as duplicates, %d deliveries; guards: ran %d, suppressed %d, unrecorded %d",
@@ -266,6 +278,36 @@ loop:
 	}
 	verdict(res)
 	return res, runErr
+}
+
+// checkGroupOrder adds a problem for every message whose first effect came
+// after the first effect of a later message of its group (i % groups):
+// rows are in the order the effects happened.
+func checkGroupOrder(res *result, groups int, rows []effect) {
+	seen := map[int]bool{}
+	last := make([]int, groups)
+	for g := range last {
+		last[g] = -1
+	}
+	violations := 0
+	for _, r := range rows {
+		if seen[r.id] {
+			continue
+		}
+		seen[r.id] = true
+		g := r.id % groups
+		if r.id < last[g] {
+			if violations++; violations <= 5 {
+				res.problem("group g%d: %s took effect after %s, published later", g, messageID(r.id), messageID(last[g]))
+			}
+			continue
+		}
+		last[g] = r.id
+	}
+	if violations > 5 {
+		res.problem("%d messages in all took effect out of their group's order", violations)
+	}
+	res.orderChecked, res.outOfOrder = true, violations
 }
 
 func allFired(fs []*fault) bool {
@@ -297,9 +339,10 @@ func goroutinesBackTo(baseline int, within time.Duration) error {
 
 // publishOrder sends the messages of order (indexes into the run's IDs)
 // in batches, calling progress after each with the number sent so far.
-// With grouped, each message gets its ordering group (SQS FIFO needs
-// one). Before each batch it calls wait, when set, to hold off a backlog.
-func publishOrder(ctx context.Context, pub *dedupq.Publisher, order []int, grouped bool, wait, progress func(int)) error {
+// With group, each message gets the ordering group it names (SQS FIFO
+// needs one). Before each batch it calls wait, when set, to hold off a
+// backlog.
+func publishOrder(ctx context.Context, pub *dedupq.Publisher, order []int, group func(int) string, wait, progress func(int)) error {
 	const batch = 100
 	for k := 0; k < len(order); k += batch {
 		if wait != nil {
@@ -308,8 +351,8 @@ func publishOrder(ctx context.Context, pub *dedupq.Publisher, order []int, group
 		msgs := make([]*dedupq.Message, 0, batch)
 		for _, i := range order[k:min(k+batch, len(order))] {
 			m := &dedupq.Message{ID: messageID(i), Body: messageBody(i)}
-			if grouped {
-				m.GroupKey = messageGroup(i)
+			if group != nil {
+				m.GroupKey = group(i)
 			}
 			msgs = append(msgs, m)
 		}

@@ -41,11 +41,19 @@ type result struct {
 	wall                                           time.Duration
 	causes                                         map[string]int
 	problems                                       []string
+	// orderChecked: an ordered run, whose groups' first effects were
+	// checked against publish order; outOfOrder counts those that were not.
+	orderChecked bool
+	outOfOrder   int
 }
 
 func (r *result) line() string {
-	return fmt.Sprintf("backend=%s store=%s published=%d effects=%d distinct=%d lost=%d duplicated=%d unrecorded=%d dead_lettered=%d wall=%s",
-		r.backend, r.store, r.published, r.effects, r.distinct, r.lost, r.duplicated, r.unrecorded, r.deadLettered, r.wall.Round(100*time.Millisecond))
+	l := fmt.Sprintf("backend=%s store=%s published=%d effects=%d distinct=%d lost=%d duplicated=%d unrecorded=%d dead_lettered=%d",
+		r.backend, r.store, r.published, r.effects, r.distinct, r.lost, r.duplicated, r.unrecorded, r.deadLettered)
+	if r.orderChecked {
+		l += fmt.Sprintf(" out_of_order=%d", r.outOfOrder)
+	}
+	return l + " wall=" + r.wall.Round(100*time.Millisecond).String()
 }
 
 func (r *result) problem(format string, args ...any) {
