@@ -24,6 +24,10 @@ type Settings struct {
 	// backoff follows from another setting (a lock duration, say): then
 	// no fix changes it on its own.
 	Backoff string
+	// Expiry is where RedeliveryPolicy.Expiry, the time after which the
+	// broker delivers a message no more, is set. Empty when nothing sets
+	// it: then no fix changes it.
+	Expiry string
 }
 
 // The generic names used when a driver names no setting.
