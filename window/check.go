@@ -425,7 +425,7 @@ func consumerFixes(p ConsumerPlan, span, beyond time.Duration, m float64) []stri
 	if r.Expires() {
 		if e, ok := largestFitting(r.Expiry, 0, func(e time.Duration) bool {
 			return passes(func(q *ConsumerPlan) { q.Redelivery.Expiry = max(e, 1) })
-		}); ok && e > 0 && s.Expiry != "" && r.expiryBinds() {
+		}); ok && e > 0 && e >= s.MinExpiry && s.Expiry != "" && r.expiryBinds() {
 			fixes = append(fixes, fmt.Sprintf("lower %s from %s to %s", s.Expiry, FormatDuration(r.Expiry), FormatDuration(e)))
 		}
 	}

@@ -116,6 +116,11 @@ func TestFixTexts(t *testing.T) {
 				"raise the TTL of ConsumerOptions.Dedup (dedup.GuardOptions.TTL, pgstore.TxGuardOptions.TTL) from 30m to ≥ 1h15m13s",
 				"lower the message retention from 1h to 23m50s",
 			}},
+		{name: "consumer, an expiry no shorter than the setting takes: only the TTL",
+			con: &ConsumerPlan{Redelivery: RedeliveryPolicy{AckWait: 10 * time.Second, Expiry: time.Hour}, Window: described(pubsubWindow, Settings{Expiry: "the message retention", MinExpiry: 30 * time.Minute}), DedupTTL: 30 * time.Minute},
+			want: []string{
+				"raise the TTL of ConsumerOptions.Dedup (dedup.GuardOptions.TTL, pgstore.TxGuardOptions.TTL) from 30m to ≥ 1h15m13s",
+			}},
 		{name: "consumer, an expiry the program cannot change: only the TTL",
 			con: &ConsumerPlan{Redelivery: RedeliveryPolicy{AckWait: 10 * time.Second, Expiry: time.Hour}, Window: pubsubWindow, DedupTTL: 30 * time.Minute},
 			want: []string{
