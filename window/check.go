@@ -422,11 +422,23 @@ func consumerFixes(p ConsumerPlan, span, beyond time.Duration, m float64) []stri
 	if span < Forever {
 		fixes = append(fixes, fmt.Sprintf("raise %s from %s to ≥ %s", optDedupTTLFields, FormatDuration(p.DedupTTL), FormatDuration(needed(span, m))))
 	}
+	if r.Expires() {
+		if e, ok := largestFitting(r.Expiry, 0, func(e time.Duration) bool {
+			return passes(func(q *ConsumerPlan) { q.Redelivery.Expiry = max(e, 1) })
+		}); ok && e > 0 && e >= s.MinExpiry && s.Expiry != "" && r.expiryBinds() {
+			fixes = append(fixes, fmt.Sprintf("lower %s from %s to %s", s.Expiry, FormatDuration(r.Expiry), FormatDuration(e)))
+		}
+	}
 	hi := r.MaxDeliveries - 1
 	if r.Unlimited() {
 		hi = maxSuggestedDeliveries
 	}
 	n := largestCount(hi, func(k int) bool { return passes(func(q *ConsumerPlan) { q.Redelivery.MaxDeliveries = k }) })
+	if r.Unlimited() && r.Expires() {
+		// The broker's count is no bound (that is why it reports none):
+		// no number of deliveries is a fix.
+		n = -1
+	}
 	single := ""
 	switch {
 	case n == 1:
@@ -435,7 +447,7 @@ func consumerFixes(p ConsumerPlan, span, beyond time.Duration, m float64) []stri
 		fixes = append(fixes, fmt.Sprintf("set %s to at most %d (deliveries are unlimited now)", s.maxDeliveries(), n))
 	case n >= 2:
 		fixes = append(fixes, fmt.Sprintf("lower %s from %d to %d", s.maxDeliveries(), r.MaxDeliveries, n))
-	case r.Unlimited():
+	case r.Unlimited() && !r.Expires():
 		fixes = append(fixes, fmt.Sprintf("bound %s (deliveries are unlimited now), and raise %s to cover them", s.maxDeliveries(), optDedupTTLFields))
 	}
 	if !r.Unlimited() {

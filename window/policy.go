@@ -225,10 +225,32 @@ type RedeliveryPolicy struct {
 	// negative acknowledgement; the last entry repeats. Empty means the
 	// message is redelivered at once.
 	Backoff []time.Duration
+	// Expiry, when positive, is the latest a delivery of a message can
+	// start after its first delivery, whatever the broker counts: a
+	// broker that counts deliveries only on a best-effort basis bounds
+	// them by expiring the message instead (Pub/Sub's message retention,
+	// counted from publication). Such a broker reports MaxDeliveries as
+	// unlimited, because its count is no bound. The last delivery may
+	// still claim its key for one AckWait after it started, so Span is at
+	// most Expiry plus AckWait. Zero means no expiry.
+	Expiry time.Duration
+	// ExpirySource says where Expiry came from: read from the broker,
+	// its documented default, or given by the program.
+	ExpirySource Source
 }
 
-// Unlimited reports whether the broker redelivers forever.
+// Unlimited reports whether the broker's count of deliveries is no bound:
+// it redelivers until the message expires (Expiry), or forever.
 func (r RedeliveryPolicy) Unlimited() bool { return r.MaxDeliveries <= 0 }
+
+// Expires reports whether Expiry bounds the policy's span.
+func (r RedeliveryPolicy) Expires() bool { return r.Expiry > 0 }
+
+// expirySpan is the span Expiry allows: the last delivery starts before
+// it and holds its lease for one AckWait.
+func (r RedeliveryPolicy) expirySpan() time.Duration {
+	return addSat(r.Expiry, max(r.AckWait, 0))
+}
 
 // BackoffBefore is the wait before delivery n (n ≥ 2).
 func (r RedeliveryPolicy) BackoffBefore(n int) time.Duration {
@@ -239,17 +261,32 @@ func (r RedeliveryPolicy) BackoffBefore(n int) time.Duration {
 }
 
 // Span is the worst-case time from the first delivery to the end of the
-// last: every delivery held for its whole AckWait, plus every backoff. It is
-// Forever for unlimited redeliveries.
+// last: every delivery held for its whole AckWait, plus every backoff, or,
+// when the message expires sooner (Expiry), the expiry plus one AckWait.
+// It is Forever for unlimited redeliveries that never expire.
 func (r RedeliveryPolicy) Span() time.Duration {
-	if r.Unlimited() {
-		return Forever
+	span := Forever
+	if !r.Unlimited() {
+		span = mulSat(max(r.AckWait, 0), int64(r.MaxDeliveries))
+		for n := 2; n <= r.MaxDeliveries && span < Forever; n++ {
+			span = addSat(span, r.BackoffBefore(n))
+		}
 	}
-	span := mulSat(max(r.AckWait, 0), int64(r.MaxDeliveries))
-	for n := 2; n <= r.MaxDeliveries && span < Forever; n++ {
-		span = addSat(span, r.BackoffBefore(n))
+	if r.Expires() {
+		span = min(span, r.expirySpan())
 	}
 	return span
+}
+
+// expiryBinds reports whether Span is the expiry's bound rather than the
+// count's.
+func (r RedeliveryPolicy) expiryBinds() bool {
+	if !r.Expires() {
+		return false
+	}
+	q := r
+	q.Expiry = 0
+	return r.expirySpan() < q.Span()
 }
 
 // String implements fmt.Stringer, in the same shape as RetryPolicy's:
@@ -259,6 +296,8 @@ func (r RedeliveryPolicy) Span() time.Duration {
 func (r RedeliveryPolicy) String() string {
 	var b strings.Builder
 	switch {
+	case r.Unlimited() && r.Expires():
+		b.WriteString("deliveries bounded only by the message's expiry")
 	case r.Unlimited():
 		b.WriteString("unlimited deliveries")
 	case r.MaxDeliveries == 1:
@@ -279,7 +318,11 @@ func (r RedeliveryPolicy) String() string {
 			}
 		}
 	}
-	fmt.Fprintf(&b, ", ack wait %s per delivery (worst-case span %s)", FormatDuration(r.AckWait), FormatDuration(r.Span()))
+	fmt.Fprintf(&b, ", ack wait %s per delivery", FormatDuration(r.AckWait))
+	if r.Expires() {
+		fmt.Fprintf(&b, ", none started later than %s after the first (message expiry, %s)", FormatDuration(r.Expiry), r.ExpirySource)
+	}
+	fmt.Fprintf(&b, " (worst-case span %s)", FormatDuration(r.Span()))
 	return b.String()
 }
 

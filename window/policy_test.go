@@ -119,6 +119,10 @@ func TestRedeliveryPolicyString(t *testing.T) {
 		{RedeliveryPolicy{MaxDeliveries: 1, AckWait: 30 * time.Second, Backoff: []time.Duration{time.Minute}}, "1 delivery (no redelivery), ack wait 30s per delivery (worst-case span 30s)"},
 		{RedeliveryPolicy{AckWait: 10 * time.Second, Backoff: []time.Duration{-time.Second, time.Second}},
 			"unlimited deliveries, backoff 0s then 1s, ack wait 10s per delivery (worst-case span forever)"},
+		{RedeliveryPolicy{AckWait: 10 * time.Second, Backoff: []time.Duration{20 * time.Second}, Expiry: 7 * 24 * time.Hour, ExpirySource: SourceDiscovered},
+			"deliveries bounded only by the message's expiry, backoff 20s, ack wait 10s per delivery, none started later than 7d after the first (message expiry, discovered from the broker) (worst-case span 7d10s)"},
+		{RedeliveryPolicy{MaxDeliveries: 5, AckWait: 30 * time.Second, Expiry: time.Hour, ExpirySource: SourceConfigured},
+			"5 deliveries, no backoff, ack wait 30s per delivery, none started later than 1h after the first (message expiry, given by the program) (worst-case span 2m30s)"},
 	} {
 		if got := tc.r.String(); got != tc.want {
 			t.Errorf("String(%+v)\n got %s\nwant %s", tc.r, got, tc.want)

@@ -1,5 +1,7 @@
 package window
 
+import "time"
+
 // Settings name, in a backend's own words, where its user changes each
 // value the startup check reads: a URL parameter, a field of the adapter's
 // options, a setting on the broker. A driver fills them in the Window it
@@ -24,6 +26,13 @@ type Settings struct {
 	// backoff follows from another setting (a lock duration, say): then
 	// no fix changes it on its own.
 	Backoff string
+	// Expiry is where RedeliveryPolicy.Expiry, the time after which the
+	// broker delivers a message no more, is set. Empty when nothing sets
+	// it: then no fix changes it.
+	Expiry string
+	// MinExpiry is the shortest expiry the setting named by Expiry takes
+	// (Pub/Sub's retention: 10 minutes); no fix suggests less.
+	MinExpiry time.Duration
 }
 
 // The generic names used when a driver names no setting.

@@ -18,6 +18,9 @@ import (
 var (
 	streamSettings = Settings{Window: "the stream's Duplicates", AckWait: "the durable's AckWait", MaxDeliveries: "the durable's MaxDeliver"}
 	optionSettings = Settings{Window: "Options.DedupWindow", AckWait: "Options.AckWait", MaxDeliveries: "Options.MaxDeliveries", Backoff: "Options.Backoff"}
+	// expirySettings are a broker's that bounds redelivery by expiring the
+	// message, its count of deliveries being no bound (Pub/Sub).
+	expirySettings = Settings{AckWait: "the ack deadline", MaxDeliveries: "the best-effort max deliveries", Expiry: "the message retention"}
 )
 
 func described(w Window, s Settings) Window { w.Settings = s; return w }
@@ -107,6 +110,22 @@ func TestFixTexts(t *testing.T) {
 			want: []string{
 				"bound the durable's MaxDeliver (deliveries are unlimited now), and raise the TTL of ConsumerOptions.Dedup (dedup.GuardOptions.TTL, pgstore.TxGuardOptions.TTL) to cover them",
 			}},
+		{name: "consumer, deliveries bounded only by an expiry: no count is a fix",
+			con: &ConsumerPlan{Redelivery: RedeliveryPolicy{AckWait: 10 * time.Second, Expiry: time.Hour, ExpirySource: SourceDiscovered}, Window: described(pubsubWindow, expirySettings), DedupTTL: 30 * time.Minute},
+			want: []string{
+				"raise the TTL of ConsumerOptions.Dedup (dedup.GuardOptions.TTL, pgstore.TxGuardOptions.TTL) from 30m to ≥ 1h15m13s",
+				"lower the message retention from 1h to 23m50s",
+			}},
+		{name: "consumer, an expiry no shorter than the setting takes: only the TTL",
+			con: &ConsumerPlan{Redelivery: RedeliveryPolicy{AckWait: 10 * time.Second, Expiry: time.Hour}, Window: described(pubsubWindow, Settings{Expiry: "the message retention", MinExpiry: 30 * time.Minute}), DedupTTL: 30 * time.Minute},
+			want: []string{
+				"raise the TTL of ConsumerOptions.Dedup (dedup.GuardOptions.TTL, pgstore.TxGuardOptions.TTL) from 30m to ≥ 1h15m13s",
+			}},
+		{name: "consumer, an expiry the program cannot change: only the TTL",
+			con: &ConsumerPlan{Redelivery: RedeliveryPolicy{AckWait: 10 * time.Second, Expiry: time.Hour}, Window: pubsubWindow, DedupTTL: 30 * time.Minute},
+			want: []string{
+				"raise the TTL of ConsumerOptions.Dedup (dedup.GuardOptions.TTL, pgstore.TxGuardOptions.TTL) from 30m to ≥ 1h15m13s",
+			}},
 		{name: "consumer, a named backoff can be capped",
 			con: &ConsumerPlan{Redelivery: RedeliveryPolicy{MaxDeliveries: 4, AckWait: 10 * time.Second, Backoff: []time.Duration{time.Minute, 2 * time.Minute}}, Window: described(memWindow5m, optionSettings), DedupTTL: 5 * time.Minute},
 			want: []string{
@@ -159,6 +178,7 @@ func TestFixesPassAcrossPlans(t *testing.T) {
 	windows := []Window{
 		pubsubWindow, sqsWindow, jetstreamWindow, serviceBus10m,
 		described(jetstreamWindow, streamSettings), described(memWindow5m, optionSettings),
+		described(pubsubWindow, expirySettings),
 		{Backend: "mem", Kind: KindNone, Source: SourceConfigured, Settings: optionSettings},
 	}
 	redeliveries := []RedeliveryPolicy{
@@ -166,6 +186,8 @@ func TestFixesPassAcrossPlans(t *testing.T) {
 		{MaxDeliveries: 1, AckWait: time.Minute},
 		{MaxDeliveries: 5, AckWait: 30 * time.Second},
 		{MaxDeliveries: 4, AckWait: 10 * time.Second, Backoff: []time.Duration{time.Minute, 2 * time.Minute}},
+		{AckWait: 10 * time.Second, Backoff: []time.Duration{20 * time.Second}, Expiry: 10 * time.Minute},
+		{MaxDeliveries: 5, AckWait: 30 * time.Second, Expiry: 90 * time.Second},
 	}
 	refused := 0
 	for _, w := range windows {
@@ -297,6 +319,7 @@ func checkConsumerFixes(t *testing.T, plan ConsumerPlan, ue *UnsafeRetryError) {
 		{"lower " + s.maxDeliveries(), func(p *ConsumerPlan, v string) error { return setInt(&p.Redelivery.MaxDeliveries)(v) }},
 		{"set " + s.maxDeliveries(), func(p *ConsumerPlan, v string) error { return setInt(&p.Redelivery.MaxDeliveries)(v) }},
 		{"lower " + s.ackWait(), func(p *ConsumerPlan, v string) error { return setDuration(&p.Redelivery.AckWait)(v) }},
+		{"lower " + s.Expiry + " ", func(p *ConsumerPlan, v string) error { return setDuration(&p.Redelivery.Expiry)(v) }},
 		{"keep the publishers' retry span", func(p *ConsumerPlan, v string) error { return setDuration(&p.PublisherSpan)(v) }},
 	}, windowChanges(plan.Window, func(p *ConsumerPlan) *Window { return &p.Window })...)
 	if s.Backoff != "" {

@@ -63,6 +63,12 @@
 // that back off after an expired lease too (Pub/Sub) can wait it, so R
 // stays the bound. internal/exactlyonce checks all of this by simulation.
 //
+// R is the broker's bound, not a count the broker keeps on a best-effort
+// basis: a broker whose count of deliveries is approximate (Pub/Sub's
+// max_delivery_attempts) reports no count and bounds R by the message's
+// expiry instead (RedeliveryPolicy.Expiry, Pub/Sub's message retention),
+// and the check asks T to cover that.
+//
 // The model assumes a stored copy is delivered while the consumers run;
 // it cannot see consumers that are down, nor an ordering group that holds
 // a later copy back behind an earlier copy's redeliveries (see README).

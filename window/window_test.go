@@ -61,6 +61,13 @@ func TestRedeliverySpan(t *testing.T) {
 		{"backoff repeats last", RedeliveryPolicy{MaxDeliveries: 4, AckWait: time.Second, Backoff: []time.Duration{time.Second, 10 * time.Second}},
 			4*time.Second + (1+10+10)*time.Second},
 		{"saturates", RedeliveryPolicy{MaxDeliveries: math.MaxInt32, AckWait: Forever / 2}, Forever},
+		// A broker whose count is no bound expires the message instead:
+		// the last delivery starts before the expiry and holds one lease.
+		{"unlimited until the expiry", RedeliveryPolicy{AckWait: 10 * time.Second, Backoff: []time.Duration{time.Minute}, Expiry: 7 * 24 * time.Hour},
+			7*24*time.Hour + 10*time.Second},
+		{"the count bounds first", RedeliveryPolicy{MaxDeliveries: 5, AckWait: 30 * time.Second, Expiry: time.Hour}, 150 * time.Second},
+		{"the expiry bounds first", RedeliveryPolicy{MaxDeliveries: 5, AckWait: 30 * time.Second, Expiry: time.Minute}, 90 * time.Second},
+		{"an expiry near forever saturates", RedeliveryPolicy{AckWait: time.Minute, Expiry: Forever - time.Second}, Forever},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -82,26 +82,29 @@ func (d ttlDedup) Wrap(h dedupq.Handler) dedupq.Handler { return h }
 func (d ttlDedup) TTL() time.Duration                   { return time.Duration(d) }
 
 // TestConsumerFixesNameSubscriptionSettings: the consumer's fixes name the
-// subscription's settings (the ack deadline, the dead-letter policy), read
-// from the server.
+// subscription's settings, read from the server: the message retention,
+// which bounds redelivery, and never max_delivery_attempts, which does not
+// (see redelivery_bound_test.go).
 func TestConsumerFixesNameSubscriptionSettings(t *testing.T) {
 	srv := pstestServer()
 	c := srv.client(t)
-	const ackWait = "the ack deadline (the subscription's, or Options.AckExtension, URL parameter ack_wait, which overrides it)"
+	const retention = "the subscription's message retention (message_retention_duration, 10m to 31d)"
 	for _, tc := range []struct {
 		name string
 		cfg  subConfig
 		ttl  time.Duration
 		want string // the fixes
 	}{
-		// 5 deliveries of 20s, each redelivery after a hold of up to 20s:
-		// 3m, and 2 deliveries (1m) fit the 96s a 2m TTL leaves.
-		{"dead-letter policy", subConfig{ackDeadline: 20 * time.Second, maxDeliveries: 5}, 2 * time.Minute,
-			"raise the TTL of ConsumerOptions.Dedup (dedup.GuardOptions.TTL, pgstore.TxGuardOptions.TTL) from 2m to ≥ 3m45s" +
-				", or lower the max_delivery_attempts of the subscription's dead-letter policy from 5 to 2" +
-				", or lower " + ackWait + " from 20s to 3s"},
-		{"no dead-letter policy: unlimited", subConfig{ackDeadline: 20 * time.Second}, 10 * time.Minute,
-			"set the max_delivery_attempts of the subscription's dead-letter policy to at most 12 (deliveries are unlimited now)"},
+		// Delivered until 1h after the first, each delivery held 20s:
+		// 1h20s, and a 10m retention (10m20s) fits the 24m a 30m TTL leaves.
+		{"dead-letter policy: its attempts are no bound", subConfig{ackDeadline: 20 * time.Second, maxDeliveries: 5, retention: time.Hour}, 30 * time.Minute,
+			"raise the TTL of ConsumerOptions.Dedup (dedup.GuardOptions.TTL, pgstore.TxGuardOptions.TTL) from 30m to ≥ 1h15m25s" +
+				", or lower " + retention + " from 1h to 23m40s"},
+		{"no dead-letter policy", subConfig{ackDeadline: 20 * time.Second, retention: time.Hour}, 30 * time.Minute,
+			"raise the TTL of ConsumerOptions.Dedup (dedup.GuardOptions.TTL, pgstore.TxGuardOptions.TTL) from 30m to ≥ 1h15m25s" +
+				", or lower " + retention + " from 1h to 23m40s"},
+		{"no retention short enough: only the TTL", subConfig{ackDeadline: 20 * time.Second}, 10 * time.Minute,
+			"raise the TTL of ConsumerOptions.Dedup (dedup.GuardOptions.TTL, pgstore.TxGuardOptions.TTL) from 10m to ≥ 8d18h25s"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			f := srv.create(t.Context(), t, c, tc.cfg)

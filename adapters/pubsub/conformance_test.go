@@ -49,6 +49,7 @@ import (
 	gpubsub "cloud.google.com/go/pubsub/v2"
 	pb "cloud.google.com/go/pubsub/v2/apiv1/pubsubpb"
 	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/dedupq/dedupq/adapters/adaptertest"
 	dpubsub "github.com/dedupq/dedupq/adapters/pubsub"
@@ -88,6 +89,7 @@ type subConfig struct {
 	exactlyOnce   bool
 	ordering      bool
 	retryPolicy   *pb.RetryPolicy
+	retention     time.Duration // MessageRetentionDuration; zero: the server's default
 }
 
 // fixture is a fresh topic and subscription, and the dead-letter
@@ -108,6 +110,9 @@ func (s server) create(ctx context.Context, t testing.TB, c *gpubsub.Client, cfg
 		EnableExactlyOnceDelivery: cfg.exactlyOnce,
 		EnableMessageOrdering:     cfg.ordering,
 		RetryPolicy:               cfg.retryPolicy,
+	}
+	if cfg.retention > 0 {
+		req.MessageRetentionDuration = durationpb.New(cfg.retention)
 	}
 	if cfg.maxDeliveries > 0 {
 		dlt := project + "/topics/" + uniqueID("dead")
@@ -211,6 +216,10 @@ func openRestartable(ctx context.Context, t *testing.T, cfg adaptertest.Config) 
 			Name: subName, Topic: topic,
 			AckDeadlineSeconds: int32(max(cfg.AckWait, time.Second).Round(time.Second) / time.Second),
 			DeadLetterPolicy:   &pb.DeadLetterPolicy{DeadLetterTopic: dlt, MaxDeliveryAttempts: int32(max(cfg.MaxDeliveries, 5))},
+			// Redelivery is bounded by the retention, not by the
+			// attempts: the shortest Pub/Sub takes keeps the span within
+			// the check's dedup TTL.
+			MessageRetentionDuration: durationpb.New(10 * time.Minute),
 		},
 	} {
 		b, err := protojson.Marshal(sub)

@@ -135,18 +135,33 @@
 // dead-letter policy, Terminate nacks the message and remembers its ID: each
 // redelivery of it to this Subscription is nacked again without reaching
 // the handler, until the service's delivery attempts run out and it forwards
-// the message to the dead-letter topic (Pub/Sub counts at least 5). A
-// redelivery to another process reaches that process's handler, which will
-// normally terminate it again. Without a dead-letter policy Terminate acks
-// the message: it is dropped, as driver.Subscription asks.
+// the message to the dead-letter topic (Pub/Sub counts at least 5). The
+// service counts attempts only while the dead-letter topic's permissions
+// are right, approximately, and may reset the count, so the loop is
+// bounded: a message this Subscription has nacked twice the policy's
+// max_delivery_attempts and that still comes back is acked, dropped as
+// without a dead-letter policy. A redelivery to another process reaches
+// that process's handler, which will normally terminate it again. Without
+// a dead-letter policy Terminate acks the message: it is dropped, as
+// driver.Subscription asks.
 //
 // # Window and redelivery, read from the subscription
 //
 // Subscription.Window and Redelivery read the live subscription with
 // SubscriptionAdminClient.GetSubscription. The window is KindNone, scoped
 // to the subscription's topic so that publisher and consumer report the
-// same window. The redelivery policy is: MaxDeliveries from the dead-letter
-// policy's MaxDeliveryAttempts (none: unlimited); AckWait the lease the
+// same window. The redelivery policy is: deliveries unlimited in count,
+// bounded by the message's expiry (RedeliveryPolicy.Expiry: the
+// subscription's message retention, 7 days by default, or the topic's
+// retention where that is longer), because Pub/Sub honours a dead-letter
+// policy's max_delivery_attempts only on a best-effort basis — it counts
+// attempts only while the dead-letter topic's permissions are right,
+// approximately, and may reset the count ("Handle message failures", "How
+// maximum delivery attempts are calculated") — while it retries delivery
+// only until the message expires. A dedup TTL must therefore cover the
+// retention (plus one lease); lower the subscription's
+// message_retention_duration (10 minutes at least) to need a shorter one.
+// AckWait is the lease the
 // client keeps on a message it holds (see Options.AckExtension); and as the
 // backoff before every redelivery, the longest hold of a nack (the
 // lease) plus, when the subscription has a retry policy, its maximum

@@ -51,6 +51,14 @@ type SubscriptionInfo struct {
 	// MinBackoff and MaxBackoff are the retry policy's; both zero without
 	// one (redelivery at once).
 	MinBackoff, MaxBackoff time.Duration
+	// Retention is MessageRetentionDuration: how long the subscription
+	// keeps an unacknowledged message, counted from its publication. Zero
+	// when the server reported none (Pub/Sub's default, 7 days, applies).
+	Retention time.Duration
+	// TopicRetention is TopicMessageRetentionDuration, the topic's
+	// retention, during which a message stays available to subscribers;
+	// zero when the topic retains nothing.
+	TopicRetention time.Duration
 }
 
 // Pub/Sub's documented defaults for a retry policy's unset fields, and for
@@ -59,6 +67,8 @@ const (
 	defaultMinBackoff          = 10 * time.Second
 	defaultMaxBackoff          = 600 * time.Second
 	defaultMaxDeliveryAttempts = 5
+	defaultRetention           = 7 * 24 * time.Hour
+	minRetention               = 10 * time.Minute
 )
 
 func readSubscription(ctx context.Context, c *gpubsub.Client, name string) (SubscriptionInfo, error) {
@@ -85,6 +95,12 @@ func parseSubscription(s *pb.Subscription) SubscriptionInfo {
 			info.MaxDeliveryAttempts = defaultMaxDeliveryAttempts
 		}
 	}
+	if d := s.GetMessageRetentionDuration(); d != nil {
+		info.Retention = max(d.AsDuration(), 0)
+	}
+	if d := s.GetTopicMessageRetentionDuration(); d != nil {
+		info.TopicRetention = max(d.AsDuration(), 0)
+	}
 	if rp := s.GetRetryPolicy(); rp != nil {
 		info.MinBackoff, info.MaxBackoff = defaultMinBackoff, defaultMaxBackoff
 		if d := rp.GetMinimumBackoff(); d != nil {
@@ -107,7 +123,36 @@ func (i SubscriptionInfo) Window() window.Window {
 		eo = "on"
 	}
 	w.Scope = fmt.Sprintf("subscription %s of %s, exactly-once delivery %s", i.Name, w.Scope, eo)
+	w.Settings.Expiry, w.Settings.MinExpiry = subscriptionRetentionSetting, minRetention
+	if _, _, topic := i.expiry(); topic {
+		w.Settings.Expiry = topicRetentionSetting
+	}
 	return w
+}
+
+// Where a message's expiry is set: the subscription's retention, or the
+// topic's where that is longer.
+const (
+	subscriptionRetentionSetting = "the subscription's message retention (message_retention_duration, 10m to 31d)"
+	topicRetentionSetting        = "the topic's message retention (the topic's message_retention_duration, which keeps messages available to its subscriptions however short theirs)"
+)
+
+// expiry is the latest a message can be delivered after its publication,
+// and so after its first delivery: the longer of the subscription's and
+// the topic's retention (Pub/Sub retries delivery until the message
+// expires, and a topic's retention keeps its messages available to every
+// subscription). ok is false when the server reported no subscription
+// retention and the documented default is assumed; topic says the
+// topic's retention is the longer.
+func (i SubscriptionInfo) expiry() (d time.Duration, discovered, topic bool) {
+	d, discovered = i.Retention, i.Retention > 0
+	if !discovered {
+		d = defaultRetention
+	}
+	if i.TopicRetention > d {
+		return i.TopicRetention, true, true
+	}
+	return d, discovered, false
 }
 
 // lease is the ack deadline the client keeps on a message it holds.
@@ -172,8 +217,13 @@ type Subscription struct {
 	info     SubscriptionInfo
 	closed   bool
 	run      *receiveRun
-	seen     map[string]int      // deliveries per message ID, without DeliveryAttempt
-	poisoned map[string]struct{} // terminated message IDs, awaiting dead-lettering
+	seen     map[string]int     // deliveries per message ID, without DeliveryAttempt
+	poisoned map[string]*poison // terminated message IDs, awaiting dead-lettering
+
+	// onTerminated, set only by tests before the first Receive, sees each
+	// redelivery of a terminated message that the callback settles unseen,
+	// with how: "nack" or "ack".
+	onTerminated func(id, op string)
 }
 
 var (
@@ -234,7 +284,7 @@ func openSubscription(ctx context.Context, client *gpubsub.Client, owns bool, su
 	s := &Subscription{
 		client: client, ownsClient: owns, name: name, opts: o, lease: lease(info, o),
 		sub: client.Subscriber(name), ch: make(chan *inflight), closing: make(chan struct{}),
-		info: info, seen: map[string]int{}, poisoned: map[string]struct{}{},
+		info: info, seen: map[string]int{}, poisoned: map[string]*poison{},
 	}
 	// Every extension is exactly the lease, so that the lease the
 	// Subscription reports is the one a dead holder leaves behind.
@@ -287,10 +337,18 @@ func (s *Subscription) Window(ctx context.Context) (window.Window, error) {
 }
 
 // Redelivery reads the subscription again and reports its redelivery
-// policy: the dead-letter policy's MaxDeliveryAttempts (unlimited without
-// one), the lease the client keeps as AckWait, and as the backoff before
-// each redelivery the longest hold of a nack (the lease, see MaxNackHold)
-// plus the retry policy's maximum backoff (none without a retry policy).
+// policy: deliveries unlimited in count, bounded by the message's expiry
+// (Expiry: the subscription's retention, or the topic's where longer), the
+// lease the client keeps as AckWait, and as the backoff before each
+// redelivery the longest hold of a nack (the lease, see MaxNackHold) plus
+// the retry policy's maximum backoff (none without a retry policy).
+//
+// The dead-letter policy's MaxDeliveryAttempts is no bound: Pub/Sub honours
+// it on a best-effort basis, counts attempts only while the dead-letter
+// topic's permissions are right, approximately, and may reset the count
+// (see the package doc). What it guarantees is that it stops delivering a
+// message once its retention has passed, so that is what Span covers.
+//
 // The hold is counted because a nacked message can stay held that long
 // before Pub/Sub's own backoff starts: without it Span would not be a
 // worst case. The Consumer also takes the backoff as the delay of a nack
@@ -300,7 +358,11 @@ func (s *Subscription) Redelivery(ctx context.Context) (window.RedeliveryPolicy,
 	if err != nil {
 		return window.RedeliveryPolicy{}, err
 	}
-	r := window.RedeliveryPolicy{MaxDeliveries: info.MaxDeliveryAttempts, AckWait: s.lease}
+	expiry, discovered, _ := info.expiry()
+	r := window.RedeliveryPolicy{AckWait: s.lease, Expiry: expiry, ExpirySource: window.SourceDocumented}
+	if discovered {
+		r.ExpirySource = window.SourceDiscovered
+	}
 	if b := s.holdCap() + max(info.MaxBackoff, 0); b > 0 {
 		r.Backoff = []time.Duration{b}
 	}
@@ -365,8 +427,15 @@ func (s *Subscription) ended(r *receiveRun) error {
 // holds it until it is settled, so that the client neither settles it nor
 // hands out the next message of an ordered key meanwhile.
 func (s *Subscription) callback(ctx context.Context, m *gpubsub.Message) {
-	if s.isPoisoned(m.ID) {
-		m.Nack()
+	if op := s.settlePoisoned(m.ID); op != "" {
+		if op == "ack" {
+			m.Ack()
+		} else {
+			m.Nack()
+		}
+		if s.onTerminated != nil {
+			s.onTerminated(m.ID, op)
+		}
 		return
 	}
 	it := &inflight{m: m, received: time.Now(), done: make(chan struct{})}
@@ -480,7 +549,17 @@ func (s *Subscription) forget(id string) {
 	delete(s.seen, id)
 }
 
-func (s *Subscription) poison(id string) {
+// poison is a terminated message awaiting dead-lettering: how many times
+// this Subscription has nacked it, and after how many it gives up.
+type poison struct{ nacks, limit int }
+
+// poison remembers a terminated message, nacked once by Terminate. It is
+// nacked again on each redelivery, up to twice the attempts Pub/Sub should
+// count before it forwards the message (its count is approximate), and
+// then dropped: Pub/Sub counts attempts only while the dead-letter topic's
+// permissions are right, and may reset the count, so a message still
+// coming back after that many nacks is one it is not going to forward.
+func (s *Subscription) poison(id string, attempts int) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	delete(s.seen, id)
@@ -490,14 +569,25 @@ func (s *Subscription) poison(id string) {
 			break
 		}
 	}
-	s.poisoned[id] = struct{}{}
+	s.poisoned[id] = &poison{nacks: 1, limit: 2 * max(attempts, defaultMaxDeliveryAttempts)}
 }
 
-func (s *Subscription) isPoisoned(id string) bool {
+// settlePoisoned says how to settle a redelivery of message id unseen: "nack"
+// while it awaits dead-lettering, "ack" (dropped, and forgotten) once the
+// nacks reached their limit, "" when it was not terminated.
+func (s *Subscription) settlePoisoned(id string) string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	_, ok := s.poisoned[id]
-	return ok
+	p, ok := s.poisoned[id]
+	switch {
+	case !ok:
+		return ""
+	case p.nacks >= p.limit:
+		delete(s.poisoned, id)
+		return "ack"
+	}
+	p.nacks++
+	return "nack"
 }
 
 func handle(d *driver.Delivery) (*inflight, error) {
@@ -571,15 +661,17 @@ func (s *Subscription) holdCap() time.Duration { return s.lease }
 
 // Terminate stops d reaching a handler again. With a dead-letter policy it
 // nacks d and nacks each redelivery to this Subscription unseen, until
-// Pub/Sub forwards the message to the dead-letter topic; without one it
-// acks d, dropping it. See the package doc.
+// Pub/Sub forwards the message to the dead-letter topic or, when it has
+// been nacked twice the dead-letter policy's attempts and still comes
+// back, acks it, dropping it; without one it acks d at once, dropping it.
+// See the package doc.
 func (s *Subscription) Terminate(ctx context.Context, d *driver.Delivery, _ error) error {
 	it, err := handle(d)
 	if err != nil {
 		return err
 	}
-	if s.Info().DeadLetterTopic != "" {
-		s.poison(it.m.ID)
+	if info := s.Info(); info.DeadLetterTopic != "" {
+		s.poison(it.m.ID, info.MaxDeliveryAttempts)
 		if op := it.settle("terminate", it.m.Nack); op != "terminate" {
 			return fmt.Errorf("dedupq/pubsub: terminate of message %s: %w (%s)", it.m.ID, errSettled, op)
 		}

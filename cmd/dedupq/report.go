@@ -43,7 +43,11 @@ type redelivery struct {
 	MaxDeliveries int      `json:"max_deliveries"` // 0: unlimited
 	AckWait       string   `json:"ack_wait"`
 	Backoff       []string `json:"backoff,omitempty"`
-	Span          string   `json:"span"`
+	// Expiry bounds the deliveries where the broker's count does not
+	// (Pub/Sub's message retention); ExpirySource says where it came from.
+	Expiry       string `json:"expiry,omitempty"`
+	ExpirySource string `json:"expiry_source,omitempty"`
+	Span         string `json:"span"`
 }
 
 type retry struct {
@@ -75,6 +79,10 @@ func newReport(raw string, in *dedupq.Inspection, err error, ttl time.Duration) 
 		Retry:     &retry{Text: in.Retry.String(), Span: window.FormatDuration(in.Retry.Span())},
 		Publisher: newVerdict(in.Publisher, true),
 		Consumer:  newVerdict(in.Consumer, ttl > 0),
+	}
+	if in.Redelivery.Expires() {
+		r.Redelivery.Expiry = window.FormatDuration(in.Redelivery.Expiry)
+		r.Redelivery.ExpirySource = in.Redelivery.ExpirySource.String()
 	}
 	for _, b := range in.Redelivery.Backoff {
 		r.Redelivery.Backoff = append(r.Redelivery.Backoff, window.FormatDuration(b))
