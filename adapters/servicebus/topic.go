@@ -169,8 +169,9 @@ func (t *Topic) MaxBatch() int {
 }
 
 // Limits are Service Bus's: IDs and group keys (MessageId, SessionId) of
-// at most 128 characters, and the entity's message size. A message with a
-// GroupKey on a session entity is required, else refused by Service Bus.
+// at most 128 characters, the entity's message size, and the property
+// quotas (CheckProperties). A message with a GroupKey on a session entity
+// is required, else refused by Service Bus.
 func (t *Topic) Limits() driver.Limits {
 	p := t.Properties()
 	maxBytes := p.MaxMessageBytes
@@ -182,6 +183,7 @@ func (t *Topic) Limits() driver.Limits {
 		MaxGroupKeyLength: MaxIDLength,
 		MaxMessageBytes:   maxBytes,
 		GroupKeyRequired:  p.RequiresSession,
+		Check:             CheckProperties,
 	}
 }
 
