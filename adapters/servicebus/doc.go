@@ -5,13 +5,21 @@
 // duplicate detection compares; GroupKey to SessionId (and PartitionKey,
 // which must equal it); attributes to application properties. IDs and
 // group keys are at most 128 characters, the size limit is the entity's
-// (256 KiB on Standard). A SendBatch call sends as few MessageBatch
-// transfers as the size allows; a transfer is stored whole or not at all,
-// so its failure is reported on every message in it.
+// (256 KiB on Standard, up to 100 MB on Premium), and a message over the
+// property quotas (32 KB per attribute, 64 KB of header in all) is refused
+// before anything is sent (CheckProperties). A SendBatch call sends as few
+// transfers as the entity allows: MessageBatches up to the link's batch
+// limit (1 MB on Premium), a larger message alone; on a partitioned entity
+// one GroupKey per batch, and one message per send where duplicate
+// detection is on as well, because Service Bus refuses any batch of
+// distinct MessageIds there. A transfer is stored whole or not at all, so
+// its failure is reported on every message in it.
 //
 // Service Bus accepts a duplicate send silently: SendResult.Duplicate is
-// true only for an ID this Topic itself stored earlier within the window,
-// and BackendID is the MessageId (a send returns no sequence number).
+// true only for an ID this Topic itself stored earlier within the window
+// (under the same GroupKey on a partitioned entity, where duplicate
+// detection compares MessageId with the partition key), and BackendID is
+// the MessageId (a send returns no sequence number).
 //
 // A message received without a MessageId (sent by another publisher) is
 // delivered with Message.ID "<entity> seq <sequence number> time <enqueued

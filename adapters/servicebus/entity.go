@@ -245,6 +245,11 @@ func windowOf(e Entity, p EntityProperties, stated bool) window.Window {
 	if e.Topic != "" {
 		scope = "topic " + e.Topic
 	}
+	if p.EnablePartitioning && p.RequiresDuplicateDetection {
+		// Service Bus compares MessageId with the partition key there: the
+		// same ID under another GroupKey is a new message.
+		scope += ", per partition key (GroupKey)"
+	}
 	if stated {
 		// Stated by the program (Options.Stated), not read from the
 		// entity: the label says so wherever the window is printed.

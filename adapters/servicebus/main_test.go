@@ -30,6 +30,7 @@ import (
 	"github.com/Azure/azure-sdk-for-go/sdk/messaging/azservicebus"
 
 	"github.com/dedupq/dedupq/adapters/servicebus"
+	"github.com/dedupq/dedupq/driver"
 	servicebusdouble "github.com/dedupq/dedupq/localstack/servicebus-double"
 )
 
@@ -108,8 +109,15 @@ var queueSeq atomic.Int64
 // registers them with a, and deletes the queue when the test ends.
 func newQueue(t testing.TB, d *servicebusdouble.Double, a *fakeAdmin, p servicebus.EntityProperties) string {
 	t.Helper()
+	return newQueueWith(t, d, a, p, queueConfig(p))
+}
+
+// newQueueWith is newQueue with the double told cfg, for what the entity
+// properties do not say (the link's batch limit on Premium).
+func newQueueWith(t testing.TB, d *servicebusdouble.Double, a *fakeAdmin, p servicebus.EntityProperties, cfg servicebusdouble.QueueConfig) string {
+	t.Helper()
 	name := fmt.Sprintf("q%d-%x", queueSeq.Add(1), time.Now().UnixNano()&0xffffff)
-	err := d.CreateQueue(context.Background(), name, queueConfig(p))
+	err := d.CreateQueue(context.Background(), name, cfg)
 	if err != nil {
 		t.Fatalf("creating queue %s on the double: %v", name, err)
 	}
@@ -126,7 +134,38 @@ func queueConfig(p servicebus.EntityProperties) servicebusdouble.QueueConfig {
 		LockDuration:               p.LockDuration,
 		MaxDeliveryCount:           p.MaxDeliveryCount,
 		MaxMessageBytes:            p.MaxMessageBytes,
+		EnablePartitioning:         p.EnablePartitioning,
 	}
+}
+
+// receiveN receives and completes n messages from sub, then makes sure
+// nothing more arrives within a short wait, and returns them in arrival
+// order.
+func receiveN(t testing.TB, sub *servicebus.Subscription, n int) []driver.Message {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+	defer cancel()
+	var got []driver.Message
+	for len(got) < n {
+		ds, err := sub.Receive(ctx, n-len(got))
+		if err != nil {
+			t.Fatalf("Receive after %d of %d messages: %v", len(got), n, err)
+		}
+		for _, dl := range ds {
+			if err := sub.Ack(ctx, dl); err != nil {
+				t.Fatalf("Ack %s: %v", dl.Message.ID, err)
+			}
+			got = append(got, dl.Message)
+		}
+	}
+	short, cancelShort := context.WithTimeout(context.Background(), 500*time.Millisecond)
+	defer cancelShort()
+	if ds, err := sub.Receive(short, 10); err == nil {
+		for _, dl := range ds {
+			t.Errorf("the entity holds %s beyond the %d messages expected", dl.Message.ID, n)
+		}
+	}
+	return got
 }
 
 // newClient connects the SDK to the double with the options the URL opener

@@ -32,10 +32,16 @@ type messageBatch interface {
 // concrete *azservicebus.Sender; a test can supply its own where the
 // double cannot go (a send that fails half-way, say).
 type batchSender interface {
-	// NewBatch starts an empty batch sized by the entity's link limit.
+	// NewBatch starts an empty batch sized by the link's batch limit
+	// (com.microsoft:max-message-batch-size where the link states one: 1 MB
+	// on Premium, below its largest message).
 	NewBatch(ctx context.Context) (messageBatch, error)
 	// SendBatch sends b in one transfer: all of it is stored, or none.
 	SendBatch(ctx context.Context, b messageBatch) error
+	// SendMessage sends m alone, bounded by the link's max-message-size
+	// rather than its batch limit; azservicebus.ErrMessageTooLarge when it
+	// exceeds it.
+	SendMessage(ctx context.Context, m *azservicebus.Message) error
 	// Close closes the sender.
 	Close(ctx context.Context) error
 }
@@ -57,6 +63,10 @@ func (s sdkSender) SendBatch(ctx context.Context, b messageBatch) error {
 		return fmt.Errorf("dedupq/servicebus: sdkSender got a %T, not a batch it made", b)
 	}
 	return s.s.SendMessageBatch(ctx, mb, nil)
+}
+
+func (s sdkSender) SendMessage(ctx context.Context, m *azservicebus.Message) error {
+	return s.s.SendMessage(ctx, m, nil)
 }
 
 func (s sdkSender) Close(ctx context.Context) error { return s.s.Close(ctx) }
@@ -159,8 +169,9 @@ func (t *Topic) MaxBatch() int {
 }
 
 // Limits are Service Bus's: IDs and group keys (MessageId, SessionId) of
-// at most 128 characters, and the entity's message size. A message with a
-// GroupKey on a session entity is required, else refused by Service Bus.
+// at most 128 characters, the entity's message size, and the property
+// quotas (CheckProperties). A message with a GroupKey on a session entity
+// is required, else refused by Service Bus.
 func (t *Topic) Limits() driver.Limits {
 	p := t.Properties()
 	maxBytes := p.MaxMessageBytes
@@ -172,6 +183,7 @@ func (t *Topic) Limits() driver.Limits {
 		MaxGroupKeyLength: MaxIDLength,
 		MaxMessageBytes:   maxBytes,
 		GroupKeyRequired:  p.RequiresSession,
+		Check:             CheckProperties,
 	}
 }
 
@@ -211,8 +223,9 @@ func (e *TooLargeError) Error() string {
 // Unwrap returns the underlying error, for errors.Is and errors.As.
 func (e *TooLargeError) Unwrap() error { return e.Err }
 
-// BatchSendError is the failure of one MessageBatch transfer, reported on
-// each message in it: Service Bus stores a batch whole or not at all.
+// BatchSendError is the failure of one transfer, a MessageBatch or a
+// message sent alone (Size 1), reported on each message in it: Service Bus
+// stores a batch whole or not at all.
 type BatchSendError struct {
 	// Size is the number of messages in the failed transfer.
 	Size int
@@ -227,16 +240,25 @@ func (e *BatchSendError) Error() string {
 // Unwrap returns the underlying error, for errors.Is and errors.As.
 func (e *BatchSendError) Unwrap() error { return e.Err }
 
-// SendBatch sends msgs in as few MessageBatch transfers as the size limit
-// allows and reports each message's outcome: a transfer's failure is
-// every message's in it, because a batch is all or nothing.
+// SendBatch sends msgs in as few transfers as the entity allows and
+// reports each message's outcome: a transfer's failure is every message's
+// in it, because a batch is all or nothing.
+//
+// What one transfer may hold depends on the entity: a MessageBatch up to
+// the link's batch limit; on a partitioned entity only messages of one
+// GroupKey (its PartitionKey and SessionId), and, where duplicate
+// detection is on as well, a single message, because Service Bus refuses
+// there any batch of distinct MessageIds. A message larger than the batch
+// limit, which on Premium is below the entity's own message limit, is sent
+// alone. The order of msgs is kept: a batch is cut, not regrouped.
 //
 // Service Bus accepts a duplicate send silently and says nothing; so
 // SendResult.Duplicate is true only when this Topic itself stored the same
-// ID earlier within the entity's window, and never on an entity without
-// duplicate detection, which stores every send. A duplicate of a message another
-// process sent is reported as a plain success. BackendID is the MessageId:
-// Service Bus returns no sequence number on send.
+// ID (under the same GroupKey, on a partitioned entity) earlier within the
+// entity's window, and never on an entity without duplicate detection,
+// which stores every send. A duplicate of a message another process sent
+// is reported as a plain success. BackendID is the MessageId: Service Bus
+// returns no sequence number on send.
 func (t *Topic) SendBatch(ctx context.Context, msgs []*driver.Message) ([]driver.SendResult, error) {
 	t.mu.Lock()
 	closed, p := t.closed, t.props
@@ -244,31 +266,53 @@ func (t *Topic) SendBatch(ctx context.Context, msgs []*driver.Message) ([]driver
 	if closed {
 		return nil, ErrClosed
 	}
+	// Only an entity with RequiresDuplicateDetection drops a repeated
+	// MessageId; the management API reports a history window on the
+	// others too, and windowOf gives them KindNone.
+	w := windowOf(t.entity, p, t.opts.Stated != nil)
 	results := make([]driver.SendResult, len(msgs))
-	var batch messageBatch
-	var index []int
-	flush := func() {
-		if batch == nil || len(index) == 0 {
-			return
-		}
-		err := t.sender.SendBatch(ctx, batch)
+	settle := func(index []int, err error) {
 		now := time.Now()
-		// Only an entity with RequiresDuplicateDetection drops a repeated
-		// MessageId; the management API reports a history window on the
-		// others too, and windowOf gives them KindNone.
-		w := windowOf(t.entity, p, t.opts.Stated != nil)
 		for _, i := range index {
 			if err != nil {
 				results[i].Err = &BatchSendError{Size: len(index), Err: err}
 				continue
 			}
 			results[i].BackendID = msgs[i].ID
-			results[i].Duplicate = t.seen.Observe(msgs[i].ID, now, w)
+			results[i].Duplicate = t.seen.Observe(dedupKey(p, msgs[i]), now, w)
 		}
+	}
+	alone := func(i int, sm *azservicebus.Message) {
+		err := t.sender.SendMessage(ctx, sm)
+		if errors.Is(err, azservicebus.ErrMessageTooLarge) {
+			results[i].Err = &TooLargeError{ID: msgs[i].ID, Err: err}
+			return
+		}
+		settle([]int{i}, err)
+	}
+	var batch messageBatch
+	var index []int
+	flush := func() {
+		if batch == nil || len(index) == 0 {
+			return
+		}
+		settle(index, t.sender.SendBatch(ctx, batch))
 		batch, index = nil, nil
 	}
 	for i, m := range msgs {
 		sm := toSB(m)
+		if p.EnablePartitioning && p.RequiresDuplicateDetection {
+			// "Batching brokered messages with distinct SessionId,
+			// PartitionKey, or MessageId is not supported for an entity
+			// with partitioning and duplicate detection enabled": every
+			// message of dedupq has its own ID, so each goes alone.
+			alone(i, sm)
+			continue
+		}
+		if p.EnablePartitioning && len(index) > 0 && msgs[index[0]].GroupKey != m.GroupKey {
+			// One transfer, one partition key.
+			flush()
+		}
 		for try := 0; ; try++ {
 			if batch == nil {
 				b, err := t.sender.NewBatch(ctx)
@@ -293,7 +337,13 @@ func (t *Topic) SendBatch(ctx context.Context, msgs []*driver.Message) ([]driver
 				continue
 			}
 			if errors.Is(err, azservicebus.ErrMessageTooLarge) {
-				err = &TooLargeError{ID: m.ID, Err: err}
+				// Too large for an empty batch: the batch limit is below
+				// the entity's message limit on Premium (1 MB against up to
+				// 100 MB), and only the link's max-message-size bounds a
+				// message sent alone. The batch before it went out first,
+				// so the order holds.
+				alone(i, sm)
+				break
 			}
 			results[i].Err = err
 			break
@@ -301,6 +351,22 @@ func (t *Topic) SendBatch(ctx context.Context, msgs []*driver.Message) ([]driver
 	}
 	flush()
 	return results, nil
+}
+
+// dedupKey is what Service Bus compares to drop a duplicate of m: its
+// MessageId, with its partition key (the GroupKey) on a partitioned entity
+// ("If partitioning is enabled, MessageId+PartitionKey is used to
+// determine uniqueness"). A message without one is placed by its
+// MessageId, which then "serves as the partition key".
+func dedupKey(p EntityProperties, m *driver.Message) string {
+	if !p.EnablePartitioning {
+		return m.ID
+	}
+	key := m.GroupKey
+	if key == "" {
+		key = m.ID
+	}
+	return key + "\x00" + m.ID
 }
 
 // toSB maps a driver message: ID → MessageId (duplicate detection),

@@ -6,8 +6,8 @@
 // ConnectionString, which sets UseDevelopmentEmulator=true (plain AMQP).
 //
 // The double is only as true as what it models; start.mjs's header lists
-// what it does and does not. In short: queues only, no sessions, no
-// management (HTTP/ATOM) API — queues are created through this package
+// what it does and does not. In short: queues only (partitioned or not),
+// no sessions, no management (HTTP/ATOM) API — queues are created through this package
 // (CreateQueue), and entity properties reach the adapter through its seam.
 package servicebusdouble
 
@@ -57,6 +57,16 @@ type QueueConfig struct {
 	MaxDeliveryCount int
 	// MaxMessageBytes is the largest message body accepted.
 	MaxMessageBytes int
+	// EnablePartitioning makes the queue partitioned: a batch transfer
+	// must share one SessionId and PartitionKey (and, with duplicate
+	// detection, one MessageId), and duplicate detection is per
+	// partition key.
+	EnablePartitioning bool
+	// MaxBatchBytes, when set, is the link's
+	// com.microsoft:max-message-batch-size (1 MB on Premium, whose
+	// MaxMessageBytes may be up to 100 MB): the bound of a batch transfer,
+	// while a single message is bounded by MaxMessageBytes only.
+	MaxBatchBytes int
 }
 
 // DeadLetter is one dead-lettered message as the double recorded it.
@@ -144,6 +154,12 @@ func queueBody(cfg QueueConfig) map[string]any {
 	}
 	if cfg.MaxMessageBytes > 0 {
 		body["maxMessageBytes"] = cfg.MaxMessageBytes
+	}
+	if cfg.EnablePartitioning {
+		body["enablePartitioning"] = true
+	}
+	if cfg.MaxBatchBytes > 0 {
+		body["maxBatchBytes"] = cfg.MaxBatchBytes
 	}
 	return body
 }

@@ -12,7 +12,8 @@
 // DOUBLE_ENTITIES, see below), never implicitly:
 //
 //	PUT /entities/NAME  {"duplicateDetectionMs":600000,"requiresDuplicateDetection":true,
-//	                      "lockMs":1000,"maxDeliveryCount":5,"maxMessageBytes":262144}
+//	                      "lockMs":1000,"maxDeliveryCount":5,"maxMessageBytes":262144,
+//	                      "enablePartitioning":false,"maxBatchBytes":0}
 //	GET /entities/NAME/deadletters → [{"messageId":…,"reason":…,"description":…}]
 //	DELETE /entities/NAME
 //
@@ -30,7 +31,43 @@
 //     max-message-size (the SDK sizes MessageBatch by it) and a rejection
 //     (amqp:link:message-size-exceeded) of a larger message.
 //   - Duplicate detection on MessageId within the entity's window, counted
-//     from the first send: a duplicate is accepted and dropped.
+//     from the first send: a duplicate is accepted and dropped. On a
+//     partitioned entity the key is the partition key with the MessageId
+//     (https://learn.microsoft.com/azure/service-bus-messaging/duplicate-detection:
+//     "If partitioning is enabled, MessageId+PartitionKey is used to
+//     determine uniqueness"), so one MessageId under two keys is stored twice.
+//   - Partitioned entities (enablePartitioning) refuse a batch transfer of
+//     two or more messages whose SessionId or PartitionKey differ
+//     (the Service Bus SDK troubleshooting guide, "Cannot send batch with
+//     multiple partition keys": https://aka.ms/azsdk/net/servicebus/exceptions/troubleshoot,
+//     Azure/azure-sdk-for-net sdk/servicebus/Azure.Messaging.ServiceBus/TROUBLESHOOTING.md), and,
+//     with duplicate detection on as well, any batch of two or more whose
+//     SessionId, PartitionKey or MessageId differ, as the service does
+//     (amqp:not-allowed "Batching brokered messages with distinct
+//     SessionId, PartitionKey, or MessageId is not supported for an entity
+//     with partitioning and duplicate detection enabled"; the service team
+//     in Azure/azure-sdk-for-python#36333: do not batch there). A message
+//     with no key of its own counts its MessageId as the key where
+//     duplicate detection is on (the MessageId "serves as the partition
+//     key"), else the empty key.
+//   - Premium's batch limit (maxBatchBytes): the link advertises it as the
+//     vendor property com.microsoft:max-message-batch-size, which the SDK
+//     sizes MessageBatch by (azservicebus 1.11.0 CHANGELOG: on Premium
+//     large-message entities "max-message-size can be up to 100 MB but the
+//     batch limit is 1 MB"), and a batch
+//     transfer larger than it is refused (amqp:link:message-size-exceeded);
+//     a single message is bounded by maxMessageBytes only.
+//   - The property quotas of
+//     https://learn.microsoft.com/azure/service-bus-messaging/service-bus-quotas
+//     ("Message property size for a queue, topic, or subscription entity":
+//     32 KB for each property, 64 KB for the whole header, user and system
+//     properties together): a message over either refuses its whole
+//     transfer with amqp:link:message-size-exceeded and a serialization
+//     description (the documented .NET exception is SerializationException;
+//     the real AMQP condition for a single property over 32 KB is not
+//     documented). A property counts its name and its value as UTF-8; the
+//     header counts every application property, MessageId, SessionId,
+//     PartitionKey, subject, correlation and reply-to IDs, content type.
 //   - Peek-lock delivery: a random 16-byte delivery tag is the lock token;
 //     annotations x-opt-sequence-number, x-opt-enqueued-time,
 //     x-opt-locked-until; header delivery_count (the SDK adds 1).
@@ -46,13 +83,14 @@
 // What it does NOT model: authentication and token validity (any token is
 // accepted); sessions (SessionId is stored and returned as group_id, but no
 // session locks, no AcceptNextSession, no ordering guarantee per session);
-// partitioned entities and PartitionKey checks; topics and subscriptions
+// partitions themselves (one store, no per-partition order or outage), the
+// rule that PartitionKey must equal SessionId; topics and subscriptions
 // (only queues); the management API (HTTP/ATOM: the tests use the
 // adapter's seam); deferral, scheduling, peek, receive-and-delete mode,
 // message TTL and expiry, auto-forwarding, transactions; the dead-letter
 // sub-queue as an AMQP entity (read it over HTTP instead); quotas,
 // throttling, and any error the real service gives that is not listed
-// above. Duplicate detection here compares MessageId only, not PartitionKey.
+// above.
 import rhea from "rhea";
 import http from "node:http";
 import crypto from "node:crypto";
@@ -74,6 +112,8 @@ function newEntity(name, cfg) {
       lockMs: cfg.lockMs ?? 60000,
       maxDeliveryCount: cfg.maxDeliveryCount ?? 10,
       maxMessageBytes: cfg.maxMessageBytes ?? 256 * 1024,
+      enablePartitioning: cfg.enablePartitioning ?? false,
+      maxBatchBytes: cfg.maxBatchBytes ?? 0,
     },
     seq: 0,
     avail: [],
@@ -115,14 +155,72 @@ const debug = (...a) => {
   if (process.env.DOUBLE_DEBUG) process.stderr.write(`servicebus-double: ${a.join(" ")}\n`);
 };
 
+// partitionKeyOf is the key that places m on a partitioned entity: its
+// SessionId, which overrides PartitionKey, else its PartitionKey, else,
+// with duplicate detection on, its MessageId; "" when it has none.
+function partitionKeyOf(ent, m) {
+  const a = m.message_annotations || {};
+  const k = m.group_id ?? a["x-opt-partition-key"];
+  if (k !== undefined && k !== null) return String(k);
+  if (ent.cfg.requiresDuplicateDetection && m.message_id !== undefined) return String(m.message_id);
+  return "";
+}
+
+// batchRefusal is why a partitioned entity refuses msgs as one transfer,
+// or undefined when it takes them.
+function batchRefusal(ent, msgs) {
+  if (!ent.cfg.enablePartitioning || msgs.length < 2) return undefined;
+  const distinct = (f) => new Set(msgs.map(f)).size > 1;
+  const session = (m) => String(m.group_id ?? "");
+  const pkey = (m) => String((m.message_annotations || {})["x-opt-partition-key"] ?? "");
+  if (ent.cfg.requiresDuplicateDetection) {
+    if (distinct(session) || distinct(pkey) || distinct((m) => String(m.message_id ?? ""))) {
+      return "Batching brokered messages with distinct SessionId, PartitionKey, or MessageId  is not supported for an entity with partitioning and duplicate detection enabled.";
+    }
+    return undefined;
+  }
+  if (distinct((m) => partitionKeyOf(ent, m))) {
+    return "Batching brokered messages with distinct SessionId or PartitionKey is not supported for an entity with partitioning enabled.";
+  }
+  return undefined;
+}
+
+const MAX_PROPERTY_BYTES = 32 * 1024;
+const MAX_HEADER_BYTES = 64 * 1024;
+
+const utf8 = (v) => (v === undefined || v === null ? 0 : Buffer.byteLength(typeof v === "string" ? v : String(v)));
+
+// headerRefusal is why the broker cannot serialize m's header (the
+// property quotas), or undefined.
+function headerRefusal(m) {
+  let total = 0;
+  for (const [k, v] of Object.entries(m.application_properties || {})) {
+    const n = utf8(k) + utf8(v);
+    if (n > MAX_PROPERTY_BYTES) {
+      return `A serialization error occurred while processing the message header: property '${k}' is ${n} bytes; the size quota for a property (${MAX_PROPERTY_BYTES}) has been exceeded.`;
+    }
+    total += n;
+  }
+  const a = m.message_annotations || {};
+  for (const v of [m.message_id, m.group_id, a["x-opt-partition-key"], m.subject, m.correlation_id, m.reply_to, m.content_type, m.to]) {
+    total += utf8(v);
+  }
+  if (total > MAX_HEADER_BYTES) {
+    return `A serialization error occurred while processing the message header stream. The size quota for this stream (${MAX_HEADER_BYTES}) has been exceeded.`;
+  }
+  return undefined;
+}
+
 function store(ent, m) {
   const now = Date.now();
   debug("store", ent.name, m.message_id);
   const id = m.message_id === undefined ? undefined : String(m.message_id);
   if (ent.cfg.requiresDuplicateDetection && id !== undefined) {
-    const until = ent.seen.get(id);
+    // Partitioned: the same MessageId under another key is a new message.
+    const key = ent.cfg.enablePartitioning ? `${partitionKeyOf(ent, m)}\u0000${id}` : id;
+    const until = ent.seen.get(key);
     if (until !== undefined && until > now) return; // dropped as a duplicate
-    ent.seen.set(id, now + ent.cfg.duplicateDetectionMs);
+    ent.seen.set(key, now + ent.cfg.duplicateDetectionMs);
   }
   ent.seq += 1;
   ent.avail.push({
@@ -354,6 +452,11 @@ container.on("receiver_open", (ctx) => {
   }
   r.entity = ent;
   r.local.attach.max_message_size = ent.cfg.maxMessageBytes;
+  if (ent.cfg.maxBatchBytes > 0) {
+    // What Premium's links say (and what azservicebus reads to size a
+    // MessageBatch): batches are bounded below max-message-size.
+    r.local.attach.properties = { "com.microsoft:max-message-batch-size": types.wrap_ulong(ent.cfg.maxBatchBytes) };
+  }
 });
 
 container.on("message", (ctx) => {
@@ -383,7 +486,27 @@ container.on("message", (ctx) => {
     const outer = Buffer.isBuffer(m) ? amqpMessage.decode(m) : m;
     const b = outer.body;
     const parts = b && b.typecode === 0x75 ? (b.multiple ? b.content : [b.content]) : [];
+    const bytes = Buffer.isBuffer(m) ? m.length : parts.reduce((n, p) => n + p.length, 0);
+    if (ent.cfg.maxBatchBytes > 0 && bytes > ent.cfg.maxBatchBytes) {
+      d.reject({
+        condition: "amqp:link:message-size-exceeded",
+        description: `The message (size:${bytes} bytes) is larger than is currently allowed (${ent.cfg.maxBatchBytes} bytes).`,
+      });
+      return;
+    }
     msgs = parts.map((p) => amqpMessage.decode(Buffer.from(p)));
+  }
+  const refusal = batchRefusal(ent, msgs);
+  if (refusal) {
+    d.reject({ condition: "amqp:not-allowed", description: refusal });
+    return;
+  }
+  for (const one of msgs) {
+    const why = headerRefusal(one);
+    if (why) {
+      d.reject({ condition: "amqp:link:message-size-exceeded", description: why });
+      return;
+    }
   }
   for (const one of msgs) {
     const size = bodyBytes(one).length;
