@@ -324,7 +324,13 @@ func (c *Consumer) Run(ctx context.Context, h Handler) error {
 			w.lease.extend = w.lease.run
 			for j := range work {
 				for {
-					err := c.handle(p, w, j)
+					var err error
+					if c.tooLate(j) {
+						err = errTooLate
+						c.giveBack(p, j, err)
+					} else {
+						err = c.handle(p, w, j)
+					}
 					if p.groups == nil {
 						break
 					}
@@ -342,13 +348,13 @@ func (c *Consumer) Run(ctx context.Context, h Handler) error {
 		received := c.clock.Now()
 		if p.groups == nil {
 			for i, d := range ds {
-				work <- job{d, &ins[i], received}
+				work <- job{d, &ins[i], receivedAt(d, received)}
 			}
 			return
 		}
 		jobs := make([]job, len(ds))
 		for i, d := range ds {
-			jobs[i] = job{d, &ins[i], received}
+			jobs[i] = job{d, &ins[i], receivedAt(d, received)}
 		}
 		// The whole receive is admitted before any of it starts: a head
 		// that finished before the ones behind it were queued would let
@@ -580,6 +586,24 @@ type job struct {
 	d        *driver.Delivery
 	in       *inflight
 	received time.Time
+}
+
+// tooLate reports whether j, which a driver held before handing it over
+// (driver.Delivery.Received), is past its claim deadline already: started
+// now, it could claim its key later than the startup check counts, so it is
+// given back instead. A delivery the driver did not hold starts at once.
+func (c *Consumer) tooLate(j job) bool {
+	return !j.d.Received.IsZero() && !c.clock.Now().Before(c.claims.ClaimDeadline(j.received, j.d.Lease))
+}
+
+// receivedAt is when d's lease started: when the driver says the broker
+// handed it out (driver.Delivery.Received), if that is before Receive
+// returned it at returned.
+func receivedAt(d *driver.Delivery, returned time.Time) time.Time {
+	if !d.Received.IsZero() && d.Received.Before(returned) {
+		return d.Received
+	}
+	return returned
 }
 
 // retryUnavailable runs the handler again on d, after a backoff

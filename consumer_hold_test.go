@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -229,4 +230,40 @@ func TestHeldNackRenewsOnTheLeaseRhythm(t *testing.T) {
 	fake.Advance(10 * time.Millisecond)
 	// A renewal due later than 40s never comes: WaitFor fails.
 	testutil.WaitFor(t, func() bool { return extends() == 2 })
+}
+
+// A delivery that the driver held before handing it over
+// (driver.Delivery.Received: a client that receives ahead, as Pub/Sub's)
+// has its lease and claim deadline counted from when the broker handed it
+// out: one that waited past its deadline is given back unhandled (a nack
+// with no delay), one still within it runs.
+func TestDeliveryHeldByTheDriverCountsFromItsReceipt(t *testing.T) {
+	for _, tt := range []struct {
+		name   string
+		waited time.Duration // in the driver, before Receive returned it
+		want   string
+		ran    bool
+	}{
+		{"within its claim deadline", 4 * time.Second, "ack", true},
+		{"past its claim deadline", 5 * time.Second, "nack 0s", false},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			fake := clock.NewFake(time.Unix(1000, 0))
+			sub := newChanSub() // AckWait 30s
+			c, err := NewConsumer(context.Background(), sub, ConsumerOptions{Clock: fake})
+			if err != nil {
+				t.Fatal(err)
+			}
+			var ran atomic.Bool
+			stop := runConsumer(t, c, func(context.Context, *Delivery) error { ran.Store(true); return nil })
+			defer stop()
+			// A lease of 10s: its first renewal, and so the claim
+			// deadline, is 5s after the broker handed it out.
+			sub.in <- &driver.Delivery{Message: driver.Message{ID: "a"}, Attempt: 1, Lease: 10 * time.Second, Received: fake.Now().Add(-tt.waited)}
+			testutil.WaitFor(t, func() bool { return sub.get("a") != "" })
+			if got := sub.get("a"); got != tt.want || ran.Load() != tt.ran {
+				t.Errorf("settled %q, handler ran %v; want %q, %v", got, ran.Load(), tt.want, tt.ran)
+			}
+		})
+	}
 }

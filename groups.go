@@ -20,11 +20,11 @@ var ErrOrderingUnsupported = errors.New("dedupq: the subscription cannot keep th
 // hands the group out again from the failed one, in order.
 var errGroupHeadFailed = errors.New("dedupq: an earlier message of its group failed; given back to be redelivered after it")
 
-// errGroupTooLate is the cause of the nack of a delivery given back
-// unhandled because it waited behind its group's head past its claim
-// deadline: started now, it could claim its key later than the startup
-// check counts.
-var errGroupTooLate = errors.New("dedupq: waited behind an earlier message of its group past its claim deadline; given back")
+// errTooLate is the cause of the nack of a delivery given back unhandled
+// because it waited (behind its group's head, or in the driver's client)
+// past its claim deadline: started now, it could claim its key later than
+// the startup check counts.
+var errTooLate = errors.New("dedupq: waited past its claim deadline before it could start; given back")
 
 // groupDispatch runs the deliveries of one group key one at a time, in the
 // order the broker handed them out, for a driver whose broker keeps that
@@ -87,7 +87,7 @@ func (g *groupDispatch) next(c *Consumer, p *pipeline, j job, err error) (job, b
 	case isDone(p.released):
 		why = ErrClosed
 	case !c.clock.Now().Before(c.claims.ClaimDeadline(waiting[0].received, waiting[0].d.Lease)):
-		why = errGroupTooLate
+		why = errTooLate
 	default:
 		g.active[key] = waiting[1:]
 		g.mu.Unlock()

@@ -149,6 +149,11 @@ type Delivery struct {
 	// Lease is how long this delivery is held before the broker redelivers
 	// it, unless acked, nacked or extended.
 	Lease time.Duration
+	// Received is when the broker handed this delivery to the client, for
+	// a driver that may hold it a while before Receive returns it (a
+	// client that receives ahead, as Pub/Sub's does): its lease and its
+	// claim deadline run from then. Zero means when Receive returned it.
+	Received time.Time
 	// Handle is the driver's own data (ack handle, lock token).
 	Handle any
 }

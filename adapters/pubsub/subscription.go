@@ -519,7 +519,9 @@ func (s *Subscription) delivery(it *inflight) *driver.Delivery {
 		Attempt:   s.attempt(m),
 		BackendID: m.ID,
 		Lease:     s.lease,
-		Handle:    it,
+		// The client received it ahead, and its lease has run since.
+		Received: it.received,
+		Handle:   it,
 	}
 }
 
