@@ -66,8 +66,10 @@
 //
 // # Consumer
 //
-// Receive long-polls (WaitTimeSeconds up to 20, never past the context's
-// deadline) and tags each request with a ReceiveRequestAttemptId, so that
+// Receive long-polls (WaitTimeSeconds 1 to 20, always sent, ending half a
+// second before the context's deadline; with less time left it sends no
+// request: a WaitTimeSeconds of 0 is left out by the SDK, and the queue's
+// ReceiveMessageWaitTimeSeconds would apply) and tags each request with a ReceiveRequestAttemptId, so that
 // an SDK retry of a lost response returns the same messages instead of
 // hiding them. Delivery.Attempt is ApproximateReceiveCount and
 // Delivery.Lease the visibility timeout.

@@ -58,6 +58,9 @@ func openSubscription(ctx context.Context, api sqsAPI, queueURL string, opts *Op
 	if o.WaitTime < 0 || o.WaitTime > maxWait {
 		return nil, fmt.Errorf("dedupq/sqs: WaitTime %s is outside SQS's 0–20s", o.WaitTime)
 	}
+	if o.WaitTime > 0 && o.WaitTime < minWait {
+		return nil, fmt.Errorf("dedupq/sqs: WaitTime %s is under SQS's shortest long poll of 1s (a WaitTimeSeconds of 0 is left out of the request, and the queue's ReceiveMessageWaitTimeSeconds applies): use 1s to 20s, or 0 for 20s", o.WaitTime)
+	}
 	for _, d := range o.NackBackoff {
 		if d < 0 || d > maxVisibility {
 			return nil, fmt.Errorf("dedupq/sqs: NackBackoff %s is outside SQS's 0–12h", d)
@@ -137,9 +140,14 @@ var systemAttributes = []types.MessageSystemAttributeName{
 }
 
 // Receive long-polls until at least one message arrives or ctx is done.
-// Each wait is at most Options.WaitTime and ends before ctx's deadline, so
-// that no receive is cut short after SQS has handed it messages (those
-// would stay hidden for a visibility timeout).
+// Each poll sends its wait explicitly: Options.WaitTime in whole seconds,
+// shortened so that the answer is due receiveSlack before ctx's deadline.
+// A receive cut short after SQS has handed it messages would hide them
+// for a visibility timeout and count a receive nobody saw, toward
+// maxReceiveCount. With less than 1s (SQS's shortest long poll) plus
+// receiveSlack left, Receive sends nothing and returns at the deadline: a
+// wait of 0 cannot be sent (the SDK leaves a zero WaitTimeSeconds out, and
+// the queue's ReceiveMessageWaitTimeSeconds, often 20s, applies).
 func (s *Subscription) Receive(ctx context.Context, maxMessages int) ([]*driver.Delivery, error) {
 	maxMessages = min(max(maxMessages, 1), maxBatch)
 	for {
@@ -159,12 +167,11 @@ func (s *Subscription) Receive(ctx context.Context, maxMessages int) ([]*driver.
 		}
 		wait := s.opts.WaitTime
 		if dl, ok := ctx.Deadline(); ok {
-			wait = min(wait, time.Until(dl))
+			wait = min(wait, time.Until(dl)-receiveSlack)
 		}
-		if wait < time.Second {
-			// Too short for a long poll: make a short one, then pause
-			// briefly so that the loop does not spin until the deadline.
-			wait = 0
+		if wait < minWait {
+			<-ctx.Done()
+			return nil, ctx.Err()
 		}
 		in := &awssqs.ReceiveMessageInput{
 			QueueUrl:                    aws.String(info.URL),
@@ -188,15 +195,6 @@ func (s *Subscription) Receive(ctx context.Context, maxMessages int) ([]*driver.
 		}
 		if len(out.Messages) > 0 {
 			return s.deliveries(out.Messages, s.lease(info)), nil
-		}
-		if wait == 0 {
-			t := time.NewTimer(100 * time.Millisecond)
-			select {
-			case <-ctx.Done():
-				t.Stop()
-				return nil, ctx.Err()
-			case <-t.C:
-			}
 		}
 	}
 }
