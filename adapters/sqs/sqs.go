@@ -635,7 +635,8 @@ func isRetryable(err error) bool {
 		return true
 	}
 	var r *refused
-	if errors.As(err, &r) || errors.Is(err, ErrClosed) {
+	var dl *DeadLetterError
+	if errors.As(err, &r) || errors.As(err, &dl) || errors.Is(err, ErrClosed) {
 		return false
 	}
 	var ee *EntryError
