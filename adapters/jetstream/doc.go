@@ -152,4 +152,15 @@
 // afterwards goes to the next Receive as attempt 1. Only a message the
 // server had already sent to the pull when it was dropped is lost in
 // flight; it counts as one delivery and returns after AckWait.
+//
+// A pull waits at most 5s, or the durable's MaxRequestExpires when that is
+// shorter, and asks for at most its MaxRequestBatch, both read from the
+// server at open. Opening refuses, with a *DurableError, a durable with a
+// MaxRequestExpires under 1s and one with a PriorityPolicy (priority
+// groups, server 2.11+), whose pulls would have to name a group. A pull
+// refused because MaxWaiting pulls wait already is transient: the Consumer
+// retries with its backoff. A pull refused for a limit lowered after the
+// open, or for a PriorityPolicy added since, makes Receive read the durable
+// again: the next pull fits the new limit; a durable no longer usable
+// fails with the *DurableError.
 package jetstream

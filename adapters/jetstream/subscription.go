@@ -23,8 +23,29 @@ import (
 const DefaultAckWait = 30 * time.Second
 
 // pollWait bounds one waiting pull: long enough that an idle consumer
-// costs a request every few seconds only.
+// costs a request every few seconds only. A durable's MaxRequestExpires
+// below it shortens the pull to fit (pullWait).
 const pollWait = 5 * time.Second
+
+// minPullWait is the shortest MaxRequestExpires a durable may have. The
+// client asks the server to expire a pull a tenth of its wait before it
+// stops listening itself; below a second that tenth nears a network's
+// round trip, so a message the server sends as the pull ends can reach a
+// client that has stopped listening (a delivery spent on nobody, back only
+// after AckWait), and an idle Consumer would pull several times a second.
+const minPullWait = time.Second
+
+// pullWait is how long one waiting pull may last on a durable configured
+// as c: pollWait, or the durable's MaxRequestExpires when that is shorter.
+// The client sends the server 90% of it as the pull's expiry, within the
+// limit, which the server enforces on every pull ("Exceeded
+// MaxRequestExpires").
+func pullWait(c jetstream.ConsumerConfig) time.Duration {
+	if c.MaxRequestExpires > 0 {
+		return min(pollWait, c.MaxRequestExpires)
+	}
+	return pollWait
+}
 
 // settleTimeout bounds a settle call whose context has no deadline.
 const settleTimeout = 10 * time.Second
@@ -209,7 +230,16 @@ func createConsumer(ctx context.Context, stream jetstream.Stream, cfg Config) (j
 	return cons, checkConsumer(cons.CachedInfo().Config, cfg)
 }
 
-// checkConsumer checks a durable's configuration c against cfg.
+// checkConsumer checks a durable's configuration c against cfg, and that
+// the adapter's pulls can work with it.
+//
+// A durable with a PriorityPolicy is refused: the server refuses every
+// pull on it that names none of its PriorityGroups ("Priority Group
+// missing"), and the adapter has no setting for the group to pull as.
+// Picking one on its own would be wrong for each policy: pinned_client
+// would take the pin from the client the operator meant to hold it,
+// overflow needs the thresholds that make a pull an overflow one, and
+// prioritized needs a priority that ranks this client against the others.
 func checkConsumer(c jetstream.ConsumerConfig, cfg Config) error {
 	var problems []string
 	if c.DeliverSubject != "" {
@@ -217,6 +247,15 @@ func checkConsumer(c jetstream.ConsumerConfig, cfg Config) error {
 	}
 	if c.AckPolicy != jetstream.AckExplicitPolicy {
 		problems = append(problems, fmt.Sprintf("its AckPolicy is %s; dedupq needs explicit acks", c.AckPolicy))
+	}
+	if c.MaxRequestExpires > 0 && c.MaxRequestExpires < minPullWait {
+		problems = append(problems, fmt.Sprintf("its MaxRequestExpires is %s, too short for dedupq's pulls: raise MaxRequestExpires to %s or more, or to 0 for no limit",
+			window.FormatDuration(c.MaxRequestExpires), minPullWait))
+	}
+	if c.PriorityPolicy != jetstream.PriorityPolicyNone || len(c.PriorityGroups) > 0 {
+		policy, _ := c.PriorityPolicy.MarshalJSON()
+		problems = append(problems, fmt.Sprintf("its PriorityPolicy is %s with PriorityGroups %v; dedupq pulls without a priority group, which the server refuses on such a durable: use a durable without PriorityPolicy and PriorityGroups",
+			strings.Trim(string(policy), `"`), c.PriorityGroups))
 	}
 	// With BackOff the server sets AckWait to its first entry.
 	if cfg.AckWait != 0 && len(cfg.BackOff) == 0 && c.AckWait != cfg.AckWait {
@@ -229,8 +268,7 @@ func checkConsumer(c jetstream.ConsumerConfig, cfg Config) error {
 		problems = append(problems, fmt.Sprintf("its BackOff is %v, not %v", c.BackOff, cfg.BackOff))
 	}
 	if problems != nil {
-		return fmt.Errorf("jetstream: durable consumer %s on stream %s does not fit: %s; change or delete it",
-			cfg.Durable, cfg.Stream, strings.Join(problems, "; "))
+		return &DurableError{Stream: cfg.Stream, Durable: cfg.Durable, Problems: problems}
 	}
 	return nil
 }
@@ -258,16 +296,40 @@ func (s *Subscription) Receive(ctx context.Context, n int) ([]*driver.Delivery, 
 			return ds, nil
 		}
 		if err != nil {
-			return nil, err
+			return nil, s.refused(ctx, cons, err)
 		}
 		d, err := s.waitOne(ctx, cons)
 		if d != nil {
 			return []*driver.Delivery{d}, nil
 		}
 		if err != nil {
-			return nil, err
+			return nil, s.refused(ctx, cons, err)
 		}
 	}
+}
+
+// refused returns a pull's error, having read the durable again when the
+// error says it was changed since it was read: a request limit lowered
+// (the next pull fits the new one), or a 400 for a pull the adapter makes
+// well-formed, which a PriorityPolicy added since causes. A durable no
+// longer usable makes a *DurableError.
+func (s *Subscription) refused(ctx context.Context, cons jetstream.Consumer, err error) error {
+	var pl *pullLimitError
+	limit := errors.As(err, &pl) && pl.setting != "MaxWaiting"
+	if !limit && !errors.Is(err, jetstream.ErrBadRequest) {
+		return err
+	}
+	info, ierr := cons.Info(ctx)
+	if ierr != nil {
+		return errors.Join(err, fmt.Errorf("jetstream: reading consumer info: %w", ierr))
+	}
+	s.mu.Lock()
+	s.consCfg = info.Config
+	s.mu.Unlock()
+	if cerr := checkConsumer(info.Config, s.cfg); cerr != nil {
+		return cerr
+	}
+	return err
 }
 
 // fetchNoWait takes what is waiting, up to n, without waiting.
@@ -278,7 +340,7 @@ func (s *Subscription) fetchNoWait(cons jetstream.Consumer, n int) ([]*driver.De
 	}
 	ds := s.deliveries(batch.Messages(), n)
 	if err := batch.Error(); err != nil && len(ds) == 0 {
-		return nil, fmt.Errorf("jetstream: fetch: %w", err)
+		return nil, fmt.Errorf("jetstream: fetch: %w", asPullLimit(err))
 	}
 	return ds, nil
 }
@@ -294,7 +356,10 @@ func (s *Subscription) fetchNoWait(cons jetstream.Consumer, n int) ([]*driver.De
 // with MaxDeliver loses one of its deliveries) and hold it for its AckWait
 // unless something gives it back.
 func (s *Subscription) waitOne(ctx context.Context, cons jetstream.Consumer) (*driver.Delivery, error) {
-	pctx, cancel := context.WithTimeout(ctx, pollWait)
+	s.mu.Lock()
+	wait := pullWait(s.consCfg)
+	s.mu.Unlock()
+	pctx, cancel := context.WithTimeout(ctx, wait)
 	defer cancel()
 	batch, err := cons.Fetch(1, jetstream.FetchContext(pctx))
 	if err != nil {
@@ -321,7 +386,7 @@ func (s *Subscription) waitOne(ctx context.Context, cons jetstream.Consumer) (*d
 		return nil, err
 	}
 	if err := batch.Error(); err != nil && !errors.Is(err, context.DeadlineExceeded) {
-		return nil, fmt.Errorf("jetstream: fetch: %w", err)
+		return nil, fmt.Errorf("jetstream: fetch: %w", asPullLimit(err))
 	}
 	return nil, nil
 }

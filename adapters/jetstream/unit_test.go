@@ -260,6 +260,12 @@ func TestIsRetryable(t *testing.T) {
 		{nats.ErrMaxPayload, false},
 		{nats.ErrBadHeaderMsg, false},
 		{&refusedError{"x"}, false},
+		// 409s for a durable's request limits, as the client renders them.
+		{fmt.Errorf("jetstream: fetch: %w", asPullLimit(errors.New("nats: Exceeded MaxWaiting"))), true},
+		{asPullLimit(errors.New("nats: Exceeded MaxRequestExpires of 1s")), true},
+		{asPullLimit(errors.New("nats: Exceeded MaxRequestBatch of 10")), true},
+		{asPullLimit(errors.New("nats: Exceeded something else")), false},
+		{&DurableError{Stream: "S", Durable: "D", Problems: []string{"x"}}, false},
 		{errors.New("something else"), false},
 	}
 	for _, tc := range cases {

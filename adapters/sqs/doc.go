@@ -66,10 +66,12 @@
 //
 // # Consumer
 //
-// Receive long-polls (WaitTimeSeconds up to 20, never past the context's
-// deadline) and tags each request with a ReceiveRequestAttemptId, so that
-// an SDK retry of a lost response returns the same messages instead of
-// hiding them. Delivery.Attempt is ApproximateReceiveCount and
+// Receive long-polls (WaitTimeSeconds 1 to 20, always sent, ending half a
+// second before the context's deadline; with less time left it sends no
+// request, since a WaitTimeSeconds of 0 is left out by the SDK and the
+// queue's ReceiveMessageWaitTimeSeconds would apply) and tags each request
+// with a ReceiveRequestAttemptId, so that an SDK retry of a lost response
+// returns the same messages instead of hiding them. Delivery.Attempt is ApproximateReceiveCount and
 // Delivery.Lease the visibility timeout.
 //
 // A Receive whose context is cancelled mid-poll abandons its request;
@@ -89,8 +91,19 @@
 // handler again up to maxReceiveCount times). So on a queue with a
 // RedrivePolicy the adapter moves the message itself: it sends it to the
 // dead-letter queue unchanged (same MessageDeduplicationId and group, so a
-// repeated move is dropped) and then deletes it. On a queue without one,
-// or with Options.TerminateDeletes, it deletes the message.
+// repeated move is dropped), with the reason in ReasonAttr cut to the room
+// the dead-letter queue's MaximumMessageSize leaves, and then deletes it.
+// On a queue without one, or with Options.TerminateDeletes, it deletes the
+// message.
+//
+// The move needs the consumer's credentials to hold sqs:SendMessage on the
+// dead-letter queue (sqs:GetQueueUrl to find it, sqs:GetQueueAttributes to
+// read its MaximumMessageSize, else the source queue's is assumed; and
+// kms:GenerateDataKey and kms:Decrypt on its key if it is SSE-KMS
+// encrypted), and the dead-letter queue's MaximumMessageSize to be at
+// least the source queue's. Without them Terminate fails with a
+// *DeadLetterError naming the fix, once: it is not retryable. The message
+// then stays, and SQS's redrive moves it after maxReceiveCount receives.
 //
 // The redelivery policy reported to the startup check is the visibility
 // timeout, RedrivePolicy.maxReceiveCount (no redrive policy: unlimited) and

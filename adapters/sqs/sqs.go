@@ -35,6 +35,14 @@ const (
 	maxVisibility = 12 * time.Hour
 	// maxWait is SQS's longest long-poll wait.
 	maxWait = 20 * time.Second
+	// minWait is SQS's shortest long-poll wait ("1 second minimum": SQS
+	// Developer Guide, "Setting-up long polling").
+	minWait = time.Second
+	// receiveSlack is the time a receive leaves between the end of its
+	// wait and its context's deadline, for SQS's answer to arrive: the
+	// SDK's documentation asks for a response timeout longer than
+	// WaitTimeSeconds.
+	receiveSlack = 500 * time.Millisecond
 	// defaultMaxMessageBytes is used only if the queue does not report
 	// MaximumMessageSize: the limit before August 2025.
 	defaultMaxMessageBytes = 256 << 10
@@ -69,8 +77,10 @@ type Options struct {
 	// also the VisibilityTimeout of a queue Create makes (zero:
 	// DefaultCreateVisibilityTimeout).
 	VisibilityTimeout time.Duration
-	// WaitTime is the long-poll wait of each ReceiveMessage call, at most
-	// 20 s. Zero means 20 s.
+	// WaitTime is the long-poll wait of each ReceiveMessage call, from 1 s
+	// (SQS's shortest long poll) to 20 s, in whole seconds (rounded down).
+	// Zero means 20 s. A Receive shortens it to end before its context's
+	// deadline.
 	WaitTime time.Duration
 	// NackBackoff holds the delays before the 2nd, 3rd, … delivery after a
 	// failed handler (the last repeats); it becomes the redelivery
@@ -625,7 +635,8 @@ func isRetryable(err error) bool {
 		return true
 	}
 	var r *refused
-	if errors.As(err, &r) || errors.Is(err, ErrClosed) {
+	var dl *DeadLetterError
+	if errors.As(err, &r) || errors.As(err, &dl) || errors.Is(err, ErrClosed) {
 		return false
 	}
 	var ee *EntryError

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"maps"
 	"math/rand/v2"
+	"net/http"
 	"strconv"
 	"strings"
 	"sync"
@@ -17,6 +18,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	awssqs "github.com/aws/aws-sdk-go-v2/service/sqs"
 	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
+	"github.com/aws/smithy-go"
 
 	"github.com/dedupq/dedupq/driver"
 	"github.com/dedupq/dedupq/window"
@@ -34,6 +36,7 @@ type Subscription struct {
 	closed bool
 	dlqARN string // the dead-letter target dlqURL was resolved for
 	dlqURL string
+	dlqMax int         // the dead-letter queue's MaximumMessageSize; 0 until read
 	conns  *ownedConns // the client's connections, when the URL opener made it
 }
 
@@ -57,6 +60,9 @@ func openSubscription(ctx context.Context, api sqsAPI, queueURL string, opts *Op
 	o := opts.orZero()
 	if o.WaitTime < 0 || o.WaitTime > maxWait {
 		return nil, fmt.Errorf("dedupq/sqs: WaitTime %s is outside SQS's 0–20s", o.WaitTime)
+	}
+	if o.WaitTime > 0 && o.WaitTime < minWait {
+		return nil, fmt.Errorf("dedupq/sqs: WaitTime %s is under SQS's shortest long poll of 1s (a WaitTimeSeconds of 0 is left out of the request, and the queue's ReceiveMessageWaitTimeSeconds applies): use 1s to 20s, or 0 for 20s", o.WaitTime)
 	}
 	for _, d := range o.NackBackoff {
 		if d < 0 || d > maxVisibility {
@@ -137,9 +143,14 @@ var systemAttributes = []types.MessageSystemAttributeName{
 }
 
 // Receive long-polls until at least one message arrives or ctx is done.
-// Each wait is at most Options.WaitTime and ends before ctx's deadline, so
-// that no receive is cut short after SQS has handed it messages (those
-// would stay hidden for a visibility timeout).
+// Each poll sends its wait explicitly: Options.WaitTime in whole seconds,
+// shortened so that the answer is due receiveSlack before ctx's deadline.
+// A receive cut short after SQS has handed it messages would hide them
+// for a visibility timeout and count a receive nobody saw, toward
+// maxReceiveCount. With less than 1s (SQS's shortest long poll) plus
+// receiveSlack left, Receive sends nothing and returns at the deadline: a
+// wait of 0 cannot be sent (the SDK leaves a zero WaitTimeSeconds out, and
+// the queue's ReceiveMessageWaitTimeSeconds, often 20s, applies).
 func (s *Subscription) Receive(ctx context.Context, maxMessages int) ([]*driver.Delivery, error) {
 	maxMessages = min(max(maxMessages, 1), maxBatch)
 	for {
@@ -159,12 +170,11 @@ func (s *Subscription) Receive(ctx context.Context, maxMessages int) ([]*driver.
 		}
 		wait := s.opts.WaitTime
 		if dl, ok := ctx.Deadline(); ok {
-			wait = min(wait, time.Until(dl))
+			wait = min(wait, time.Until(dl)-receiveSlack)
 		}
-		if wait < time.Second {
-			// Too short for a long poll: make a short one, then pause
-			// briefly so that the loop does not spin until the deadline.
-			wait = 0
+		if wait < minWait {
+			<-ctx.Done()
+			return nil, ctx.Err()
 		}
 		in := &awssqs.ReceiveMessageInput{
 			QueueUrl:                    aws.String(info.URL),
@@ -188,15 +198,6 @@ func (s *Subscription) Receive(ctx context.Context, maxMessages int) ([]*driver.
 		}
 		if len(out.Messages) > 0 {
 			return s.deliveries(out.Messages, s.lease(info)), nil
-		}
-		if wait == 0 {
-			t := time.NewTimer(100 * time.Millisecond)
-			select {
-			case <-ctx.Done():
-				t.Stop()
-				return nil, ctx.Err()
-			case <-t.C:
-			}
 		}
 	}
 }
@@ -322,11 +323,18 @@ func (s *Subscription) Extend(ctx context.Context, d *driver.Delivery, by time.D
 // queue with a RedrivePolicy the adapter moves the message itself: it
 // sends it to the dead-letter queue unchanged (same body, attributes,
 // group and MessageDeduplicationId, so that a repeated move within 5
-// minutes is dropped as a duplicate) plus a ReasonAttr attribute where
-// there is room, then deletes it. On a queue without one, or with
-// Options.TerminateDeletes, it deletes the message. If the dead-letter
-// queue cannot be reached the error is returned and the message stays,
-// for SQS's own redrive to move after maxReceiveCount receives.
+// minutes is dropped as a duplicate) plus a ReasonAttr attribute, cut to
+// the room the dead-letter queue's MaximumMessageSize leaves (left out
+// when there is none), then deletes it. On a queue without one, or with
+// Options.TerminateDeletes, it deletes the message.
+//
+// The move needs sqs:SendMessage on the dead-letter queue (and, on an
+// SSE-KMS one, kms:GenerateDataKey and kms:Decrypt on its key), and a
+// message that fits the dead-letter queue's MaximumMessageSize. Without
+// either, Terminate fails with a *DeadLetterError, which no retry cures
+// (IsRetryable: false) and the message stays, for SQS's redrive to move
+// after maxReceiveCount receives. Other failures (the dead-letter queue
+// unreachable) are returned as they are, the message staying likewise.
 func (s *Subscription) Terminate(ctx context.Context, d *driver.Delivery, reason error) error {
 	r, err := handleOf(d)
 	if err != nil {
@@ -336,16 +344,25 @@ func (s *Subscription) Terminate(ctx context.Context, d *driver.Delivery, reason
 	if info.DeadLetterTargetARN == "" || s.opts.TerminateDeletes {
 		return s.del.delete(ctx, &r.receipt)
 	}
-	dlq, err := s.deadLetterURL(ctx, info.DeadLetterTargetARN)
+	id := aws.ToString(r.msg.MessageId)
+	dlq, maxBytes, err := s.deadLetter(ctx, info.DeadLetterTargetARN, id)
 	if err != nil {
 		return err
+	}
+	size := receivedSize(r.msg)
+	if size > maxBytes {
+		return &DeadLetterError{MessageID: id, Queue: dlq,
+			Fix: fmt.Sprintf("raise the dead-letter queue's MaximumMessageSize to at least this queue's (%d bytes)", info.MaxMessageBytes),
+			Err: fmt.Errorf("the message is %d bytes as SQS counts them (body plus attribute names, types and values), over that queue's MaximumMessageSize of %d: %w", size, maxBytes, ErrTooLarge)}
 	}
 	attrs := maps.Clone(r.msg.MessageAttributes)
 	if attrs == nil {
 		attrs = map[string]types.MessageAttributeValue{}
 	}
 	if reason != nil && len(attrs) < MaxAttributes {
-		attrs[ReasonAttr] = encodeAttr(truncate(reason.Error(), 256))
+		if text := fitReason(reason.Error(), maxBytes-size); text != "" {
+			attrs[ReasonAttr] = encodeAttr(text)
+		}
 	}
 	in := &awssqs.SendMessageInput{
 		QueueUrl:          aws.String(dlq),
@@ -355,41 +372,129 @@ func (s *Subscription) Terminate(ctx context.Context, d *driver.Delivery, reason
 	if g := r.msg.Attributes[string(types.MessageSystemAttributeNameMessageGroupId)]; g != "" {
 		in.MessageGroupId = aws.String(g)
 	}
-	if id := r.msg.Attributes[string(types.MessageSystemAttributeNameMessageDeduplicationId)]; id != "" {
-		in.MessageDeduplicationId = aws.String(id)
+	if mid := r.msg.Attributes[string(types.MessageSystemAttributeNameMessageDeduplicationId)]; mid != "" {
+		in.MessageDeduplicationId = aws.String(mid)
 	}
 	if _, err := s.api.SendMessage(ctx, in); err != nil {
-		return fmt.Errorf("dedupq/sqs: moving message %s to the dead-letter queue %s: %w", aws.ToString(r.msg.MessageId), dlq, err)
+		if accessDenied(err) {
+			return &DeadLetterError{MessageID: id, Queue: dlq,
+				Fix: "give the consumer's credentials sqs:SendMessage on the dead-letter queue (and kms:GenerateDataKey and kms:Decrypt on its key if it is SSE-KMS encrypted), or set Options.TerminateDeletes (terminate=delete) to delete instead",
+				Err: err}
+		}
+		return fmt.Errorf("dedupq/sqs: moving message %s to the dead-letter queue %s: %w", id, dlq, err)
 	}
 	return s.del.delete(ctx, &r.receipt)
 }
 
-// deadLetterURL resolves the redrive policy's target ARN
-// (arn:PARTITION:sqs:REGION:ACCOUNT:NAME) to a queue URL, once.
-func (s *Subscription) deadLetterURL(ctx context.Context, arn string) (string, error) {
+// DeadLetterError is a Terminate that cannot move its message to the
+// dead-letter queue, for a reason no retry cures: the credentials may not
+// send there, or the message is too large for that queue. The message was
+// neither moved nor deleted: it is received again after its visibility
+// timeout, and SQS's redrive policy moves it after maxReceiveCount
+// receives.
+type DeadLetterError struct {
+	MessageID string // the message's SQS MessageId
+	Queue     string // the dead-letter queue's URL
+	Fix       string // what to change
+	Err       error  // SQS's answer, or ErrTooLarge
+}
+
+func (e *DeadLetterError) Error() string {
+	return fmt.Sprintf("dedupq/sqs: cannot move message %s to the dead-letter queue %s: %v; %s", e.MessageID, e.Queue, e.Err, e.Fix)
+}
+
+func (e *DeadLetterError) Unwrap() error { return e.Err }
+
+// accessDenied reports whether SQS refused a call for the caller's
+// permissions: AccessDenied, or a KMS refusal such as KmsAccessDenied, or
+// any 403.
+func accessDenied(err error) bool {
+	var api smithy.APIError
+	if errors.As(err, &api) && strings.Contains(api.ErrorCode(), "AccessDenied") {
+		return true
+	}
+	var status interface{ HTTPStatusCode() int }
+	return errors.As(err, &status) && status.HTTPStatusCode() == http.StatusForbidden
+}
+
+// receivedSize is a received message's size as SQS counts it against
+// MaximumMessageSize: the body plus every message attribute's name, data
+// type and value.
+func receivedSize(m types.Message) int {
+	n := len(aws.ToString(m.Body))
+	for k, a := range m.MessageAttributes {
+		n += len(k) + len(aws.ToString(a.DataType)) + len(aws.ToString(a.StringValue)) + len(a.BinaryValue)
+	}
+	return n
+}
+
+// maxReasonBytes bounds the ReasonAttr value.
+const maxReasonBytes = 256
+
+// fitReason is reason cut so that the ReasonAttr attribute takes at most
+// room bytes, or "" when not even a part of it fits.
+func fitReason(reason string, room int) string {
+	text := truncate(reason, maxReasonBytes)
+	for text != "" {
+		over := valueWireSize(ReasonAttr, text) - room
+		if over <= 0 {
+			return text
+		}
+		text = truncate(text, max(len(text)-over, 0))
+	}
+	return ""
+}
+
+// deadLetter resolves the redrive policy's target ARN
+// (arn:PARTITION:sqs:REGION:ACCOUNT:NAME) to a queue URL, once, and reads
+// its MaximumMessageSize, until it has read it once. Without permission
+// to read it, the source queue's is assumed: a dead-letter queue is
+// normally made like its source.
+func (s *Subscription) deadLetter(ctx context.Context, arn, msgID string) (url string, maxBytes int, err error) {
 	s.mu.Lock()
-	if s.dlqARN == arn && s.dlqURL != "" {
+	if s.dlqARN == arn && s.dlqURL != "" && s.dlqMax > 0 {
 		defer s.mu.Unlock()
-		return s.dlqURL, nil
+		return s.dlqURL, s.dlqMax, nil
+	}
+	url = s.dlqURL
+	if s.dlqARN != arn {
+		url = ""
 	}
 	s.mu.Unlock()
-	parts := strings.Split(arn, ":")
-	if len(parts) != 6 || parts[2] != "sqs" || parts[5] == "" {
-		return "", fmt.Errorf("dedupq/sqs: dead-letter target %q is not an SQS queue ARN", arn)
+	if url == "" {
+		parts := strings.Split(arn, ":")
+		if len(parts) != 6 || parts[2] != "sqs" || parts[5] == "" {
+			return "", 0, fmt.Errorf("dedupq/sqs: dead-letter target %q is not an SQS queue ARN", arn)
+		}
+		in := &awssqs.GetQueueUrlInput{QueueName: aws.String(parts[5])}
+		if parts[4] != "" {
+			in.QueueOwnerAWSAccountId = aws.String(parts[4])
+		}
+		out, err := s.api.GetQueueUrl(ctx, in)
+		if err != nil {
+			if accessDenied(err) {
+				return "", 0, &DeadLetterError{MessageID: msgID, Queue: arn,
+					Fix: "give the consumer's credentials sqs:GetQueueUrl and sqs:SendMessage on the dead-letter queue, or set Options.TerminateDeletes (terminate=delete) to delete instead",
+					Err: err}
+			}
+			return "", 0, fmt.Errorf("dedupq/sqs: looking up the dead-letter queue %s: %w", arn, err)
+		}
+		url = aws.ToString(out.QueueUrl)
 	}
-	in := &awssqs.GetQueueUrlInput{QueueName: aws.String(parts[5])}
-	if parts[4] != "" {
-		in.QueueOwnerAWSAccountId = aws.String(parts[4])
+	maxBytes = s.QueueInfo().MaxMessageBytes
+	read := 0
+	out, err := s.api.GetQueueAttributes(ctx, &awssqs.GetQueueAttributesInput{
+		QueueUrl: aws.String(url), AttributeNames: []types.QueueAttributeName{types.QueueAttributeNameMaximumMessageSize},
+	})
+	if err == nil {
+		if n, perr := strconv.Atoi(out.Attributes[string(types.QueueAttributeNameMaximumMessageSize)]); perr == nil && n > 0 {
+			maxBytes, read = n, n
+		}
 	}
-	out, err := s.api.GetQueueUrl(ctx, in)
-	if err != nil {
-		return "", fmt.Errorf("dedupq/sqs: looking up the dead-letter queue %s: %w", arn, err)
-	}
-	url := aws.ToString(out.QueueUrl)
 	s.mu.Lock()
-	s.dlqARN, s.dlqURL = arn, url
+	s.dlqARN, s.dlqURL, s.dlqMax = arn, url, read
 	s.mu.Unlock()
-	return url, nil
+	return url, maxBytes, nil
 }
 
 func truncate(s string, n int) string {

@@ -195,6 +195,9 @@ func ParseURL(u *url.URL) (queue, region, endpoint string, opts *Options, err er
 		if d.name == "ack_wait" && v%time.Second != 0 {
 			return "", "", "", nil, bad(d.name, "want a whole number of seconds")
 		}
+		if d.name == "wait_time" && v > 0 && v < minWait {
+			return "", "", "", nil, bad(d.name, "want 0 (20s) or a duration between %s and %s: SQS's shortest long poll is %s", minWait, d.max, minWait)
+		}
 		*d.dst = v
 	}
 	if q.Has("delete_linger") && o.DeleteLinger == 0 {

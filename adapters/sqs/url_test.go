@@ -101,6 +101,7 @@ func TestURLParamErrors(t *testing.T) {
 		{"sqs://q.fifo?ack_wait=1500ms", "ack_wait"},
 		{"sqs://q.fifo?ack_wait=13h", "ack_wait"},
 		{"sqs://q.fifo?wait_time=21s", "wait_time"},
+		{"sqs://q.fifo?wait_time=500ms", "wait_time"},
 		{"sqs://q.fifo?wait_time=soon", "wait_time"},
 		{"sqs://q.fifo?backoff=1s,x", "backoff"},
 		{"sqs://q.fifo?terminate=never", "terminate"},
