@@ -13,6 +13,7 @@ import (
 	gpubsub "cloud.google.com/go/pubsub/v2"
 	pb "cloud.google.com/go/pubsub/v2/apiv1/pubsubpb"
 	"cloud.google.com/go/pubsub/v2/pstest"
+	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/dedupq/dedupq"
 	dpubsub "github.com/dedupq/dedupq/adapters/pubsub"
@@ -72,9 +73,12 @@ func pubsubRows(ctx context.Context, _ config) ([]row, func(), error) {
 		if _, err = client.TopicAdminClient.CreateTopic(ctx, &pb.Topic{Name: topic}); err != nil {
 			return "", "", err
 		}
+		// A retention the Guard's TTL covers: Pub/Sub may redeliver a
+		// message until it expires, whatever MaxDeliveryAttempts says.
 		_, err = client.SubscriptionAdminClient.CreateSubscription(ctx, &pb.Subscription{
 			Name: sub, Topic: topic, AckDeadlineSeconds: 10,
-			DeadLetterPolicy: &pb.DeadLetterPolicy{DeadLetterTopic: dead, MaxDeliveryAttempts: 5},
+			DeadLetterPolicy:         &pb.DeadLetterPolicy{DeadLetterTopic: dead, MaxDeliveryAttempts: 5},
+			MessageRetentionDuration: durationpb.New(10 * time.Minute),
 		})
 		return topic, sub, err
 	}
