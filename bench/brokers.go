@@ -295,16 +295,20 @@ func jetstreamRows(ctx context.Context, c config, url string) ([]row, func(), er
 		}
 		return w.stop(), nil
 	}}
-	dqPublish := side{"Publisher", func(ctx context.Context, _ int, n int64) (time.Duration, error) {
+	// publisher is a Publisher on a fresh stream.
+	publisher := func(ctx context.Context) (*dedupq.Publisher, error) {
 		cfg, err := stream(ctx)
 		if err != nil {
-			return 0, err
+			return nil, err
 		}
 		top, err := djs.OpenTopic(ctx, nc, cfg)
 		if err != nil {
-			return 0, err
+			return nil, err
 		}
-		pub, err := dedupq.NewPublisher(ctx, top, dedupq.PublisherOptions{})
+		return dedupq.NewPublisher(ctx, top, dedupq.PublisherOptions{})
+	}
+	dqPublish := side{"Publisher", func(ctx context.Context, _ int, n int64) (time.Duration, error) {
+		pub, err := publisher(ctx)
 		if err != nil {
 			return 0, err
 		}
@@ -326,15 +330,7 @@ func jetstreamRows(ctx context.Context, c config, url string) ([]row, func(), er
 		return w.stop(), err
 	}}
 	dqCalls := side{"Publish×64 goroutines", func(ctx context.Context, _ int, n int64) (time.Duration, error) {
-		cfg, err := stream(ctx)
-		if err != nil {
-			return 0, err
-		}
-		top, err := djs.OpenTopic(ctx, nc, cfg)
-		if err != nil {
-			return 0, err
-		}
-		pub, err := dedupq.NewPublisher(ctx, top, dedupq.PublisherOptions{})
+		pub, err := publisher(ctx)
 		if err != nil {
 			return 0, err
 		}

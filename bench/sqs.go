@@ -110,18 +110,25 @@ func sqsRows(ctx context.Context, _ config) ([]row, func(), error) {
 		}
 		return sqsSendAll(ctx, client, url, n)
 	})
-	dqPublish := onClient("Publisher", func(ctx context.Context, client *awssqs.Client, n int64) (time.Duration, error) {
+	// publisher is a Publisher on a fresh queue.
+	publisher := func(ctx context.Context, client *awssqs.Client) (*dedupq.Publisher, error) {
 		url, err := queue(ctx)
 		if err != nil {
-			return 0, err
+			return nil, err
 		}
 		top, err := sqs.OpenTopic(ctx, client, url, nil)
 		if err != nil {
-			return 0, err
+			return nil, err
 		}
 		pub, err := dedupq.NewPublisher(ctx, top, dedupq.PublisherOptions{})
 		if err != nil {
 			top.Close()
+		}
+		return pub, err
+	}
+	dqPublish := onClient("Publisher", func(ctx context.Context, client *awssqs.Client, n int64) (time.Duration, error) {
+		pub, err := publisher(ctx, client)
+		if err != nil {
 			return 0, err
 		}
 		defer pub.Close(context.Background())
@@ -161,17 +168,8 @@ func sqsRows(ctx context.Context, _ config) ([]row, func(), error) {
 		return w.stop(), err
 	})
 	dqCalls := onClient("Publish×64 goroutines", func(ctx context.Context, client *awssqs.Client, n int64) (time.Duration, error) {
-		url, err := queue(ctx)
+		pub, err := publisher(ctx, client)
 		if err != nil {
-			return 0, err
-		}
-		top, err := sqs.OpenTopic(ctx, client, url, nil)
-		if err != nil {
-			return 0, err
-		}
-		pub, err := dedupq.NewPublisher(ctx, top, dedupq.PublisherOptions{})
-		if err != nil {
-			top.Close()
 			return 0, err
 		}
 		defer pub.Close(context.Background())

@@ -126,51 +126,45 @@ func BenchmarkPublish(b *testing.B) {
 		cfg := benchStream(b, nc)
 		js, _ := jetstream.New(nc)
 		warmUp(b, nc, cfg)
-		var next, failed atomic.Int64
-		b.SetBytes(int64(len(payload)))
-		b.ResetTimer()
-		start := time.Now()
-		var wg sync.WaitGroup
-		for range consumeConcurrency {
-			wg.Go(func() {
-				for i := next.Add(1) - 1; i < int64(b.N); i = next.Add(1) - 1 {
-					_, err := js.PublishMsg(context.Background(), &nats.Msg{Subject: cfg.Subject, Data: payload}, jetstream.WithMsgID(strconv.FormatInt(i, 10)))
-					if err != nil {
-						failed.Add(1)
-					}
-				}
-			})
-		}
-		wg.Wait()
-		reportRate(b, start)
-		if n := failed.Load(); n > 0 {
-			b.Fatalf("%d publishes failed", n)
-		}
+		publishConcurrently(b, func(i int64) error {
+			_, err := js.PublishMsg(context.Background(), &nats.Msg{Subject: cfg.Subject, Data: payload}, jetstream.WithMsgID(strconv.FormatInt(i, 10)))
+			return err
+		})
 	})
 	// Publish as users write it: one message a call, from 64 goroutines
 	// at once. The Publisher sends concurrent calls together.
 	b.Run("dedupq-concurrent-publish", func(b *testing.B) {
 		pub := benchPublisher(b, srv)
-		var next, failed atomic.Int64
-		b.SetBytes(int64(len(payload)))
-		b.ResetTimer()
-		start := time.Now()
-		var wg sync.WaitGroup
-		for range consumeConcurrency {
-			wg.Go(func() {
-				for i := next.Add(1) - 1; i < int64(b.N); i = next.Add(1) - 1 {
-					if _, err := pub.Publish(context.Background(), &dedupq.Message{ID: strconv.FormatInt(i, 10), Body: payload}); err != nil {
-						failed.Add(1)
-					}
-				}
-			})
-		}
-		wg.Wait()
-		reportRate(b, start)
-		if n := failed.Load(); n > 0 {
-			b.Fatalf("%d publishes failed", n)
-		}
+		publishConcurrently(b, func(i int64) error {
+			_, err := pub.Publish(context.Background(), &dedupq.Message{ID: strconv.FormatInt(i, 10), Body: payload})
+			return err
+		})
 	})
+}
+
+// publishConcurrently times b.N calls of publish, spread over
+// consumeConcurrency goroutines that each wait for their call's answer,
+// and fails b if any call failed.
+func publishConcurrently(b *testing.B, publish func(i int64) error) {
+	var next, failed atomic.Int64
+	b.SetBytes(int64(len(payload)))
+	b.ResetTimer()
+	start := time.Now()
+	var wg sync.WaitGroup
+	for range consumeConcurrency {
+		wg.Go(func() {
+			for i := next.Add(1) - 1; i < int64(b.N); i = next.Add(1) - 1 {
+				if publish(i) != nil {
+					failed.Add(1)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	reportRate(b, start)
+	if n := failed.Load(); n > 0 {
+		b.Fatalf("%d publishes failed", n)
+	}
 }
 
 // benchPublisher is a Publisher on a fresh, warmed-up stream of srv,
