@@ -345,12 +345,16 @@ func registerConsumerGauges(m metric.Meter, attrs attribute.Set, opts ConsumerOp
 	}
 	ttl, _ := m.Float64ObservableGauge("dedupq.dedup.ttl", metric.WithUnit("s"),
 		metric.WithDescription("How long the consumer's dedup store remembers a completed key; it must cover dedupq.worst_case_span less the margin."))
+	headroom, _ := m.Float64ObservableGauge("dedupq.dedup.headroom", metric.WithUnit("s"),
+		metric.WithDescription("The dedup TTL less the startup check's margin, less dedupq.worst_case_span: how much longer the worst case could grow before the check refused it."))
 	reg, _ := m.RegisterCallback(func(_ context.Context, o metric.Observer) error {
+		t := opts.Dedup.TTL()
 		o.ObserveFloat64(g.window, w.Duration.Seconds(), metric.WithAttributeSet(attrs))
 		o.ObserveFloat64(g.span, span.Seconds(), metric.WithAttributeSet(attrs))
-		o.ObserveFloat64(ttl, opts.Dedup.TTL().Seconds(), metric.WithAttributeSet(attrs))
+		o.ObserveFloat64(ttl, t.Seconds(), metric.WithAttributeSet(attrs))
+		o.ObserveFloat64(headroom, (window.UsableTTL(t, opts.Margin) - span).Seconds(), metric.WithAttributeSet(attrs))
 		return nil
-	}, g.window, g.span, ttl)
+	}, g.window, g.span, ttl, headroom)
 	return reg
 }
 

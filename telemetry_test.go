@@ -194,6 +194,8 @@ func TestMetricsScriptedRun(t *testing.T) {
 		// redelivery span.
 		{"dedupq.worst_case_span", "dedupq.role=consumer," + mem, (con.Redelivery().Span() + pub.RetryPolicy().Span()).Seconds()},
 		{"dedupq.dedup.ttl", "dedupq.role=consumer," + mem, guard.TTL().Seconds()},
+		// The TTL less the default 20% margin, less that span.
+		{"dedupq.dedup.headroom", "dedupq.role=consumer," + mem, (time.Duration(float64(guard.TTL())*(1-window.DefaultMargin)) - con.Redelivery().Span() - pub.RetryPolicy().Span()).Seconds()},
 	}
 	for _, w := range want {
 		v, ok := got[w.name][w.attrs]

@@ -67,6 +67,13 @@ func margin(m float64) float64 {
 	return m
 }
 
+// UsableTTL is the part of a dedup TTL the consumer's check lets a span
+// use, under a plan's Margin (0: DefaultMargin; negative: none): a plan
+// passes when its Span is at most this.
+func UsableTTL(ttl time.Duration, m float64) time.Duration {
+	return usable(ttl, margin(m))
+}
+
 // usable is the part of d that the check lets a span use.
 func usable(d time.Duration, m float64) time.Duration { return scaleSat(d, 1-m) }
 
