@@ -554,6 +554,7 @@ func (c *Consumer) handle(p *pipeline, w *worker, j job) error {
 	lease := &w.lease
 	lease.start(ctx, d, j.received)
 	copyDelivery(&in.d, d)
+	in.d.ClaimDeadline = c.claims.ClaimDeadline(j.received, d.Lease)
 	err := safeCall(ctx, p.h, &in.d)
 	if errors.Is(err, ErrUnavailable) && !IsPermanent(err) {
 		c.failures.failed(ctx, d, err, "held and run again with backoff until its claim deadline")
@@ -639,7 +640,9 @@ func (c *Consumer) retryUnavailable(ctx context.Context, p *pipeline, d *driver.
 		if !c.clock.Now().Before(deadline) {
 			break
 		}
-		err = safeCall(ctx, p.h, fromDriverDelivery(d))
+		again := fromDriverDelivery(d)
+		again.ClaimDeadline = deadline
+		err = safeCall(ctx, p.h, again)
 	}
 	if errors.Is(err, ErrUnavailable) && !IsPermanent(err) {
 		c.log.Debug("dedupq: handler dependency still unavailable at the delivery's claim deadline; nacking it", "id", d.Message.ID, "err", err)

@@ -22,15 +22,17 @@ import (
 // unavailableForever is a handler whose dependency never comes back; it
 // records when each try started.
 type unavailableForever struct {
-	clk   clock.Clock
-	mu    sync.Mutex
-	tries []time.Time
+	clk       clock.Clock
+	mu        sync.Mutex
+	tries     []time.Time
+	deadlines []time.Time // each try's Delivery.ClaimDeadline
 }
 
-func (u *unavailableForever) handle(context.Context, *Delivery) error {
+func (u *unavailableForever) handle(_ context.Context, d *Delivery) error {
 	u.mu.Lock()
 	defer u.mu.Unlock()
 	u.tries = append(u.tries, u.clk.Now())
+	u.deadlines = append(u.deadlines, d.ClaimDeadline)
 	return fmt.Errorf("store: %w", ErrUnavailable)
 }
 
@@ -62,7 +64,7 @@ func TestUnavailableHoldEndsAtTheClaimDeadline(t *testing.T) {
 		{"the ack wait", nil, false, 2 * time.Minute, 30 * time.Second, "nack 7s"},
 		{"the ack wait, shorter than the TTL", ttlOnly(4 * time.Minute), false, 0, 30 * time.Second, "nack 7s"},
 		{"half the lease, before its first renewal", ttlOnly(4 * time.Minute), false, 20 * time.Second, 10 * time.Second, "nack 7s"},
-		{"the TTL less the margin, shorter than the ack wait", ttlOnly(10 * time.Second), true, 2 * time.Minute, 9 * time.Second, "nack 0s"},
+		{"the TTL less the margin, shorter than the ack wait", ttlOnly(10 * time.Second), true, 2 * time.Minute, 8 * time.Second, "nack 0s"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			fake := clock.NewFake(time.Unix(0, 0))
@@ -102,6 +104,11 @@ func TestUnavailableHoldEndsAtTheClaimDeadline(t *testing.T) {
 			for i, at := range h.tries {
 				if at.Sub(received) >= tt.deadline {
 					t.Errorf("try %d started %s after the receipt, at or after the claim deadline (%s)", i+1, at.Sub(received), tt.deadline)
+				}
+				// The handler (a Deduplicator) is told the deadline, to
+				// bound its claim by it.
+				if got := h.deadlines[i]; !got.Equal(received.Add(tt.deadline)) {
+					t.Errorf("try %d saw ClaimDeadline %s after the receipt, want %s", i+1, got.Sub(received), tt.deadline)
 				}
 			}
 			// Where the renewal is due after the deadline anyway, none may

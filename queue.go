@@ -59,6 +59,12 @@ type Delivery struct {
 	// before redelivering it. The Consumer extends it while the handler
 	// runs, where the backend allows.
 	Lease time.Duration
+	// ClaimDeadline is the latest moment the handler may claim the
+	// message's key in a dedup store (window.ConsumerPlan.ClaimDeadline):
+	// a Deduplicator bounds its claim by it, so that a store that answers
+	// slowly cannot let an effect start later than the startup check
+	// counts. Zero means no bound.
+	ClaimDeadline time.Time
 }
 
 // Handler processes one delivery. Returning nil acks it; returning an error

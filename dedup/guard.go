@@ -243,8 +243,14 @@ func (g *Guard) Wrap(h dedupq.Handler) dedupq.Handler {
 		lease := g.lease(d)
 
 		wasDown, outage := g.down.Load(), g.outage.Load()
-		c, err := g.store.Claim(ctx, key, fingerprint, lease)
+		c, err := g.claim(ctx, d, key, fingerprint, lease)
 		if err != nil {
+			if err == errPastClaimDeadline {
+				// Not the store's fault: the delivery waited too long to
+				// claim at all. Its Consumer nacks it (ErrUnavailable,
+				// past the deadline).
+				return fmt.Errorf("dedup: claim %q: %w: %w", key, errPastClaimDeadline, dedupq.ErrUnavailable)
+			}
 			if ctx.Err() != nil {
 				// The consumer is shutting down, not the store: the
 				// delivery goes back, and nothing is said about the store.
@@ -280,6 +286,32 @@ func (g *Guard) Wrap(h dedupq.Handler) dedupq.Handler {
 		}
 		return g.run(ctx, h, d, key, c.Token, lease)
 	}
+}
+
+// errPastClaimDeadline is the cause of a claim not made, or abandoned,
+// because the delivery's claim deadline had passed.
+var errPastClaimDeadline = errors.New("past the delivery's claim deadline")
+
+// claim asks the store for key, bounded by the delivery's claim deadline
+// (dedupq.Delivery.ClaimDeadline): a store that answers only after it
+// would let the effect start later than the startup check counts. The
+// store's answer after the deadline is abandoned; a claim it granted
+// meanwhile lapses with its lease.
+func (g *Guard) claim(ctx context.Context, d *dedupq.Delivery, key, fingerprint string, lease time.Duration) (Claim, error) {
+	if d.ClaimDeadline.IsZero() {
+		return g.store.Claim(ctx, key, fingerprint, lease)
+	}
+	left := d.ClaimDeadline.Sub(g.clock.Now())
+	if left <= 0 {
+		return Claim{}, errPastClaimDeadline
+	}
+	cctx, cancel := context.WithTimeoutCause(ctx, left, errPastClaimDeadline)
+	defer cancel()
+	c, err := g.store.Claim(cctx, key, fingerprint, lease)
+	if err != nil && ctx.Err() == nil && cctx.Err() != nil {
+		err = fmt.Errorf("%w: %w", errPastClaimDeadline, err)
+	}
+	return c, err
 }
 
 // refuseEmptyKey nacks a delivery whose key is empty. Not a terminate: the
