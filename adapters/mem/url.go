@@ -315,7 +315,12 @@ type urlSubscription struct {
 var (
 	_ driver.Subscription = urlSubscription{}
 	_ driver.Provisioner  = urlSubscription{}
+	_ driver.GroupOrderer = urlSubscription{}
 )
+
+// OrdersGroups reports nil, as the broker's own subscription does: a
+// wrapper that did not say so would make an ordered Consumer refuse mem://.
+func (urlSubscription) OrdersGroups(context.Context) error { return nil }
 
 func (s urlSubscription) Receive(ctx context.Context, n int) ([]*driver.Delivery, error) {
 	h, err := s.ready(ctx)
