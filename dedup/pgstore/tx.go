@@ -14,6 +14,7 @@ import (
 	"go.opentelemetry.io/otel/metric"
 
 	"github.com/dedupq/dedupq"
+	"github.com/dedupq/dedupq/clock"
 	"github.com/dedupq/dedupq/dedup"
 	"github.com/dedupq/dedupq/dedup/internal/claimtoken"
 )
@@ -65,16 +66,36 @@ func (s *Store) Do(ctx context.Context, key, fingerprint string, ttl time.Durati
 	if ttl <= 0 {
 		return Outcome{}, fmt.Errorf("pgstore: do %q: ttl %s is not positive", key, ttl)
 	}
+	// One claim budget for every attempt of this call, not one each.
+	var claimBy time.Time
+	if budget, ok := ctx.Value(claimBudgetKey{}).(time.Duration); ok {
+		claimBy = time.Now().Add(budget)
+	}
 	for attempt := 0; ; attempt++ {
-		out, again, err := s.do(ctx, key, fingerprint, ttl, fn)
+		out, again, err := s.do(ctx, claimBy, key, fingerprint, ttl, fn)
 		if !again || attempt == 10 {
 			return out, err
 		}
 	}
 }
 
-func (s *Store) do(ctx context.Context, key, fingerprint string, ttl time.Duration, fn TxFunc) (out Outcome, again bool, err error) {
-	tx, commitFinishes, err := s.begin(ctx)
+// claimBudgetKey carries, from TxGuard.Wrap to do, how long a delivery
+// may still take to claim its key: its claim deadline, less now.
+type claimBudgetKey struct{}
+
+func (s *Store) do(ctx context.Context, claimBy time.Time, key, fingerprint string, ttl time.Duration, fn TxFunc) (out Outcome, again bool, err error) {
+	// The claim (the transaction's start and the record's take, or the
+	// read of a record already there) ends by claimBy, where TxGuard gave
+	// a delivery's claim deadline: a database that answers only after it
+	// would let the effect start later than the startup check counts.
+	// fn and the commit are not bounded by it.
+	claimCtx := ctx
+	if !claimBy.IsZero() {
+		var cancel context.CancelFunc
+		claimCtx, cancel = context.WithDeadline(ctx, claimBy)
+		defer cancel()
+	}
+	tx, commitFinishes, err := s.begin(claimCtx)
 	if err != nil {
 		return Outcome{}, false, fail(ctx, "do", key, err)
 	}
@@ -82,7 +103,7 @@ func (s *Store) do(ctx context.Context, key, fingerprint string, ttl time.Durati
 	// included, it undoes the record with fn's writes.
 	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
 
-	tag, err := tx.Exec(ctx, s.takeSQL, s.ns, key, claimtoken.New(fingerprint), fingerprint, micros(ttl))
+	tag, err := tx.Exec(claimCtx, s.takeSQL, s.ns, key, claimtoken.New(fingerprint), fingerprint, micros(ttl))
 	if err != nil {
 		return Outcome{}, retryable(err), fail(ctx, "do", key, err)
 	}
@@ -91,7 +112,7 @@ func (s *Store) do(ctx context.Context, key, fingerprint string, ttl time.Durati
 		var storedFP string
 		var until *time.Time
 		var result []byte
-		err := tx.QueryRow(ctx, s.readSQL, s.ns, key).Scan(&completed, &storedFP, &until, &result, &free)
+		err := tx.QueryRow(claimCtx, s.readSQL, s.ns, key).Scan(&completed, &storedFP, &until, &result, &free)
 		switch {
 		case errors.Is(err, pgx.ErrNoRows) || (err == nil && free):
 			// Deleted or expired between the two statements: start over.
@@ -248,6 +269,7 @@ type TxGuard struct {
 	store       *Store
 	ttl         time.Duration
 	fingerprint func(*dedupq.Message) string
+	clock       clock.Clock
 	decisions   dedup.DecisionCounter
 	stats       struct {
 		ran, failed, suppressed, deferred, conflicts, unavailable, emptyKey atomic.Uint64
@@ -273,6 +295,10 @@ type TxGuardOptions struct {
 	// dedupq.dedup.decisions with dedupq.store=pgstore, as a Guard's; nil
 	// means otel.GetMeterProvider().
 	MeterProvider metric.MeterProvider
+	// Clock reads a delivery's claim deadline (dedupq.Delivery's
+	// ClaimDeadline, from the Consumer's clock); nil means the real
+	// clock. Give it the Consumer's.
+	Clock clock.Clock
 }
 
 // NewTxGuard returns a TxGuard on s.
@@ -283,7 +309,7 @@ func NewTxGuard(s *Store, o TxGuardOptions) (*TxGuard, error) {
 	if o.Fingerprint == nil {
 		o.Fingerprint = dedup.BodyFingerprint
 	}
-	return &TxGuard{store: s, ttl: o.TTL, fingerprint: o.Fingerprint, decisions: dedup.NewDecisionCounter(o.MeterProvider, s)}, nil
+	return &TxGuard{store: s, ttl: o.TTL, fingerprint: o.Fingerprint, clock: clock.Or(o.Clock), decisions: dedup.NewDecisionCounter(o.MeterProvider, s)}, nil
 }
 
 // TTL implements dedupq.Deduplicator.
@@ -354,6 +380,14 @@ func (g *TxGuard) Wrap(h dedupq.Handler) dedupq.Handler {
 			g.stats.emptyKey.Add(1)
 			g.decisions.Add(ctx, dedup.DecisionEmptyKey)
 			return fmt.Errorf("pgstore: delivery with backend ID %q (attempt %d): %w", d.BackendID, d.Attempt, dedup.ErrEmptyKey)
+		}
+		if !d.ClaimDeadline.IsZero() {
+			left := d.ClaimDeadline.Sub(g.clock.Now())
+			if left <= 0 {
+				// It waited too long to claim at all; its Consumer nacks it.
+				return fmt.Errorf("pgstore: do %q: past the delivery's claim deadline: %w", d.Message.ID, dedupq.ErrUnavailable)
+			}
+			ctx = context.WithValue(ctx, claimBudgetKey{}, left)
 		}
 		out, err := g.store.Do(ctx, d.Message.ID, g.fingerprint(&d.Message), g.ttl, func(ctx context.Context, _ pgx.Tx) ([]byte, error) {
 			return nil, h(ctx, d) // ctx carries the transaction: see Tx
