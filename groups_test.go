@@ -54,6 +54,17 @@ func (s *orderedSub) pushBatch(ids ...string) {
 	s.batches <- ds
 }
 
+// newOrderedConsumer is a Consumer with opts on a fresh orderedSub.
+func newOrderedConsumer(t *testing.T, opts ConsumerOptions) (*orderedSub, *Consumer) {
+	t.Helper()
+	sub := newOrderedSub()
+	c, err := NewConsumer(context.Background(), sub, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return sub, c
+}
+
 // runLog records handler starts and ends, in order.
 type runLog struct {
 	mu     sync.Mutex
@@ -78,11 +89,7 @@ func (tr *runLog) has(e string) bool { return slices.Contains(tr.get(), e) }
 // each after the one before it succeeded or was terminated, while another
 // group runs beside them.
 func TestGroupRunsInOrderBesideOtherGroups(t *testing.T) {
-	sub := newOrderedSub()
-	c, err := NewConsumer(context.Background(), sub, ConsumerOptions{Concurrency: 4, Ordered: true})
-	if err != nil {
-		t.Fatal(err)
-	}
+	sub, c := newOrderedConsumer(t, ConsumerOptions{Concurrency: 4, Ordered: true})
 	var tr runLog
 	stop := runConsumer(t, c, func(_ context.Context, d *Delivery) error {
 		id := d.Message.ID
@@ -121,11 +128,7 @@ func TestGroupRunsInOrderBesideOtherGroups(t *testing.T) {
 // When a group's head fails, the deliveries behind it are given back
 // unhandled, to come again after it.
 func TestGroupHeadFailureGivesBackTheRest(t *testing.T) {
-	sub := newOrderedSub()
-	c, err := NewConsumer(context.Background(), sub, ConsumerOptions{Concurrency: 4})
-	if err != nil {
-		t.Fatal(err)
-	}
+	sub, c := newOrderedConsumer(t, ConsumerOptions{Concurrency: 4})
 	var tr runLog
 	stop := runConsumer(t, c, func(_ context.Context, d *Delivery) error {
 		tr.add("start " + d.Message.ID)
@@ -155,11 +158,7 @@ func TestGroupHeadFailureGivesBackTheRest(t *testing.T) {
 // then, it would claim its key later than the startup check counts.
 func TestGroupFollowerPastItsClaimDeadlineIsGivenBack(t *testing.T) {
 	fake := clock.NewFake(time.Unix(0, 0))
-	sub := newOrderedSub()
-	c, err := NewConsumer(context.Background(), sub, ConsumerOptions{Concurrency: 4, Clock: fake})
-	if err != nil {
-		t.Fatal(err)
-	}
+	sub, c := newOrderedConsumer(t, ConsumerOptions{Concurrency: 4, Clock: fake})
 	var tr runLog
 	release := make(chan struct{})
 	stop := runConsumer(t, c, func(_ context.Context, d *Delivery) error {
@@ -188,11 +187,7 @@ func TestGroupFollowerPastItsClaimDeadlineIsGivenBack(t *testing.T) {
 // The deliveries waiting behind a group's head when the Run stops are
 // given back once the head has settled, not started.
 func TestGroupFollowersGivenBackWhenTheRunStops(t *testing.T) {
-	sub := newOrderedSub()
-	c, err := NewConsumer(context.Background(), sub, ConsumerOptions{Concurrency: 4})
-	if err != nil {
-		t.Fatal(err)
-	}
+	sub, c := newOrderedConsumer(t, ConsumerOptions{Concurrency: 4})
 	var tr runLog
 	release := make(chan struct{})
 	stop := runConsumer(t, c, func(_ context.Context, d *Delivery) error {
