@@ -156,7 +156,7 @@ func (a adminClient) Properties(ctx context.Context, e Entity) (EntityProperties
 		return p, fmt.Errorf("dedupq/servicebus: reading %s: %w", e, gerr)
 	}
 	if s == nil {
-		return p, fmt.Errorf("dedupq/servicebus: %s: %w", e, ErrEntityNotFound)
+		return p, &missingError{err: fmt.Errorf("dedupq/servicebus: %s: %w", e, ErrEntityNotFound), topic: p}
 	}
 	sp := s.SubscriptionProperties
 	p.RequiresSession = deref(sp.RequiresSession)
@@ -239,7 +239,7 @@ func parseISODuration(s string) (time.Duration, error) {
 }
 
 // windowOf is the dedup window the properties give.
-func windowOf(e Entity, p EntityProperties, stated bool) window.Window {
+func windowOf(e Entity, p EntityProperties, stated, planned bool) window.Window {
 	src := window.SourceDiscovered
 	scope := e.String()
 	if e.Topic != "" {
@@ -255,6 +255,10 @@ func windowOf(e Entity, p EntityProperties, stated bool) window.Window {
 		// entity: the label says so wherever the window is printed.
 		src = window.SourceConfigured
 		scope += ", not read from the entity"
+	}
+	if planned {
+		// Options.Create's, reported before Provision creates it.
+		scope += ", to be created"
 	}
 	w := window.Window{Backend: Backend, Source: src, Scope: scope}
 	if p.RequiresDuplicateDetection && p.DuplicateDetectionWindow > 0 {
