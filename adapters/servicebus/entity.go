@@ -250,6 +250,11 @@ func windowOf(e Entity, p EntityProperties, stated, planned bool) window.Window 
 		// same ID under another GroupKey is a new message.
 		scope += ", per partition key (GroupKey)"
 	}
+	if p.RequiresSession {
+		// What dedupq check prints of an entity: that it orders, and that
+		// the lease of a delivery is its session's lock.
+		scope += fmt.Sprintf(", ordered by session (GroupKey = SessionId), the lease a session lock of %s", window.FormatDuration(p.LockDuration))
+	}
 	if stated {
 		// Stated by the program (Options.Stated), not read from the
 		// entity: the label says so wherever the window is printed.
@@ -264,7 +269,7 @@ func windowOf(e Entity, p EntityProperties, stated, planned bool) window.Window 
 	if p.RequiresDuplicateDetection && p.DuplicateDetectionWindow > 0 {
 		w.Duration, w.Kind = p.DuplicateDetectionWindow, window.KindConfigured
 	}
-	w.Settings = settingsOf(e, w.Kind, stated)
+	w.Settings = settingsOf(e, w.Kind, stated, p.RequiresSession)
 	return w
 }
 
@@ -274,7 +279,7 @@ func windowOf(e Entity, p EntityProperties, stated, planned bool) window.Window 
 // states (Options.Stated, the URL) must change there too. The backoff
 // follows from LockDuration (see Subscription.Redelivery), so it is not
 // named on its own.
-func settingsOf(e Entity, k window.Kind, stated bool) window.Settings {
+func settingsOf(e Entity, k window.Kind, stated, sessions bool) window.Settings {
 	receiver := "queue"
 	if e.Queue == "" {
 		receiver = "subscription"
@@ -289,9 +294,13 @@ func settingsOf(e Entity, k window.Kind, stated bool) window.Settings {
 	if k == window.KindNone {
 		win = fmt.Sprintf("the DuplicateDetectionHistoryTimeWindow of a %s recreated with RequiresDuplicateDetection (fixed at creation)", e.sendKind())
 	}
+	lock := fmt.Sprintf("the %s's LockDuration", receiver)
+	if sessions {
+		lock += " (the session lock)"
+	}
 	return window.Settings{
 		Window:        name(win, "window"),
-		AckWait:       name(fmt.Sprintf("the %s's LockDuration", receiver), "ack_wait"),
+		AckWait:       name(lock, "ack_wait"),
 		MaxDeliveries: name(fmt.Sprintf("the %s's MaxDeliveryCount", receiver), "max_deliveries"),
 	}
 }
