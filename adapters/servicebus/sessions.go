@@ -148,6 +148,7 @@ func (p *sessionPool) signal() {
 // receive returns up to n deliveries, received from the sessions held,
 // waiting until there is one, an accept failed, or ctx ends.
 func (p *sessionPool) receive(ctx context.Context, n int) ([]*driver.Delivery, error) {
+	n = max(n, 1)
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.limit = max(p.limit, n)
