@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/Azure/azure-sdk-for-go/sdk/azcore"
@@ -104,39 +105,32 @@ var (
 // Provision creates the queue or topic when Options.Create asks for it
 // and it is missing (driver.Provisioner); otherwise it does nothing.
 func (t *Topic) Provision(ctx context.Context) error {
-	t.mu.Lock()
-	missing := t.missing
-	t.mu.Unlock()
-	if !missing {
-		return nil
-	}
-	p, err := t.opts.provision(ctx, t.entity)
-	if err != nil {
-		return err
-	}
-	t.mu.Lock()
-	t.props, t.missing = p, false
-	t.mu.Unlock()
-	return nil
+	return t.opts.provisionInto(ctx, t.entity, &t.mu, &t.props, &t.missing)
 }
 
 // Provision creates the queue, or the topic and the subscription, when
 // Options.Create asks for it and they are missing (driver.Provisioner);
 // otherwise it does nothing.
 func (s *Subscription) Provision(ctx context.Context) error {
-	s.mu.Lock()
-	missing := s.missing
-	s.mu.Unlock()
-	if !missing {
+	return s.opts.provisionInto(ctx, s.entity, &s.mu, &s.props, &s.missing)
+}
+
+// provisionInto provisions e when *missing says it is, and records what
+// it reads then in *props; mu guards both.
+func (o Options) provisionInto(ctx context.Context, e Entity, mu *sync.Mutex, props *EntityProperties, missing *bool) error {
+	mu.Lock()
+	todo := *missing
+	mu.Unlock()
+	if !todo {
 		return nil
 	}
-	p, err := s.opts.provision(ctx, s.entity)
+	p, err := o.provision(ctx, e)
 	if err != nil {
 		return err
 	}
-	s.mu.Lock()
-	s.props, s.missing = p, false
-	s.mu.Unlock()
+	mu.Lock()
+	*props, *missing = p, false
+	mu.Unlock()
 	return nil
 }
 

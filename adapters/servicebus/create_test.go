@@ -77,12 +77,8 @@ func TestCreateSessionQueue(t *testing.T) {
 	}
 	publishGroups(t, tp, []string{"g"}, 3)
 	log := newGroupLog()
-	runConsumer(t, sub, 2, func(_ context.Context, d *dedupq.Delivery) error {
-		log.start("C", d)
-		log.end("C", d, true)
-		return nil
-	})
-	log.wait(t, 20*time.Second, "the group", func(l *groupLog) bool { return l.done["g"] == 3 })
+	runConsumer(t, sub, 2, func(_ context.Context, d *dedupq.Delivery) error { return log.handle("C", d, 0) })
+	log.waitAll(t, 20*time.Second, []string{"g"}, 3)
 	log.check(t)
 }
 

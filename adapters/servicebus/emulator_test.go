@@ -13,7 +13,6 @@ package servicebus_test
 
 import (
 	"context"
-	"errors"
 	"os"
 	"strings"
 	"testing"
@@ -140,24 +139,11 @@ func TestOfficialEmulatorSessions(t *testing.T) {
 			if string(d.Message.Body) == "resent" {
 				t.Errorf("the resent copy of %s was delivered: duplicate detection did not drop it", d.Message.ID)
 			}
-			i := log.start(name, d)
-			fail := i == 1 && d.Attempt == 1
-			log.end(name, d, !fail)
-			if fail {
-				return dedupq.RetryAfter(errors.New("the head of the group fails once"), 100*time.Millisecond)
-			}
-			return nil
+			return log.handle(name, d, 100*time.Millisecond)
 		}
 	}
 	runConsumer(t, subA, 2, handler("A"))
 	runConsumer(t, subB, 2, handler("B"))
-	log.wait(t, 2*time.Minute, "every group's last message", func(l *groupLog) bool {
-		for _, g := range groups {
-			if l.done[g] != perGroup {
-				return false
-			}
-		}
-		return true
-	})
+	log.waitAll(t, 2*time.Minute, groups, perGroup)
 	log.check(t)
 }

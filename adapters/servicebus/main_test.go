@@ -223,14 +223,7 @@ func newClient(t testing.TB, d *servicebusdouble.Double) *azservicebus.Client {
 func openPair(t testing.TB, c *azservicebus.Client, queue string, opts *servicebus.Options) (*servicebus.Topic, *servicebus.Subscription) {
 	t.Helper()
 	ctx := context.Background()
-	s, err := c.NewSender(queue, nil)
-	if err != nil {
-		t.Fatalf("NewSender: %v", err)
-	}
-	tp, err := servicebus.OpenTopic(ctx, s, servicebus.Entity{Queue: queue}, opts)
-	if err != nil {
-		t.Fatalf("OpenTopic: %v", err)
-	}
+	tp := openTopic(t, c, queue, opts)
 	r, err := c.NewReceiverForQueue(queue, nil)
 	if err != nil {
 		t.Fatalf("NewReceiverForQueue: %v", err)
@@ -246,18 +239,24 @@ func openPair(t testing.TB, c *azservicebus.Client, queue string, opts *serviceb
 // session queue through c.
 func openSessionPair(t testing.TB, c *azservicebus.Client, queue string, opts *servicebus.Options) (*servicebus.Topic, *servicebus.Subscription) {
 	t.Helper()
-	ctx := context.Background()
-	s, err := c.NewSender(queue, nil)
-	if err != nil {
-		t.Fatalf("NewSender: %v", err)
-	}
-	tp, err := servicebus.OpenTopic(ctx, s, servicebus.Entity{Queue: queue}, opts)
-	if err != nil {
-		t.Fatalf("OpenTopic: %v", err)
-	}
-	sub, err := servicebus.OpenSessionSubscription(ctx, c, servicebus.Entity{Queue: queue}, opts)
+	tp := openTopic(t, c, queue, opts)
+	sub, err := servicebus.OpenSessionSubscription(context.Background(), c, servicebus.Entity{Queue: queue}, opts)
 	if err != nil {
 		t.Fatalf("OpenSessionSubscription: %v", err)
 	}
 	return tp, sub
+}
+
+// openTopic opens a Topic on queue through c.
+func openTopic(t testing.TB, c *azservicebus.Client, queue string, opts *servicebus.Options) *servicebus.Topic {
+	t.Helper()
+	s, err := c.NewSender(queue, nil)
+	if err != nil {
+		t.Fatalf("NewSender: %v", err)
+	}
+	tp, err := servicebus.OpenTopic(context.Background(), s, servicebus.Entity{Queue: queue}, opts)
+	if err != nil {
+		t.Fatalf("OpenTopic: %v", err)
+	}
+	return tp
 }

@@ -31,6 +31,24 @@ func sessionProps(lock time.Duration) servicebus.EntityProperties {
 	}
 }
 
+// sessionQueue is a fresh session queue on the double, with a Topic and a
+// session Subscription on it, and the options that open more.
+type sessionQueue struct {
+	name string
+	opts *servicebus.Options
+	tp   *servicebus.Topic
+	sub  *servicebus.Subscription
+}
+
+func newSessionQueue(t *testing.T, lock, idle time.Duration) sessionQueue {
+	t.Helper()
+	d := needDouble(t)
+	a := newFakeAdmin()
+	q := sessionQueue{name: newQueue(t, d, a, sessionProps(lock)), opts: servicebus.WithAdmin(servicebus.Options{SessionIdle: idle}, a)}
+	q.tp, q.sub = openSessionPair(t, newClient(t, d), q.name, q.opts)
+	return q
+}
+
 // openSessionSub opens one more session Subscription on queue, through a
 // client of its own, as another process would.
 func openSessionSub(t *testing.T, q string, opts *servicebus.Options) *servicebus.Subscription {
@@ -108,6 +126,32 @@ func (l *groupLog) end(consumer string, d *dedupq.Delivery, ok bool) {
 	l.changed = make(chan struct{})
 }
 
+// handle runs a handler of consumer on d: when retry is positive, a
+// group's first message fails once (to come again after retry), and
+// every other succeeds.
+func (l *groupLog) handle(consumer string, d *dedupq.Delivery, retry time.Duration) error {
+	i := l.start(consumer, d)
+	fail := retry > 0 && i == 1 && d.Attempt == 1
+	l.end(consumer, d, !fail)
+	if fail {
+		return dedupq.RetryAfter(errors.New("the head of the group fails once"), retry)
+	}
+	return nil
+}
+
+// waitAll waits until the last message of every group succeeded.
+func (l *groupLog) waitAll(t *testing.T, timeout time.Duration, groups []string, perGroup int) {
+	t.Helper()
+	l.wait(t, timeout, "every group's last message", func(l *groupLog) bool {
+		for _, g := range groups {
+			if l.done[g] != perGroup {
+				return false
+			}
+		}
+		return true
+	})
+}
+
 // wait waits until cond holds, failing the test after timeout.
 func (l *groupLog) wait(t *testing.T, timeout time.Duration, what string, cond func(*groupLog) bool) {
 	t.Helper()
@@ -173,12 +217,9 @@ func runConsumer(t *testing.T, sub driver.Subscription, concurrency int, h dedup
 // fails once; both take part, because neither may hold more sessions
 // than its Concurrency.
 func TestSessionsTwoConsumers(t *testing.T) {
-	d := needDouble(t)
-	a := newFakeAdmin()
-	q := newQueue(t, d, a, sessionProps(5*time.Second))
-	opts := servicebus.WithAdmin(servicebus.Options{SessionIdle: 300 * time.Millisecond}, a)
-	tp, subA := openSessionPair(t, newClient(t, d), q, opts)
-	subB := openSessionSub(t, q, opts)
+	q := newSessionQueue(t, 5*time.Second, 300*time.Millisecond)
+	tp, subA := q.tp, q.sub
+	subB := openSessionSub(t, q.name, q.opts)
 	groups := []string{"g1", "g2", "g3", "g4", "g5", "g6"}
 	const perGroup = 8
 	publishGroups(t, tp, groups, perGroup)
@@ -193,7 +234,6 @@ func TestSessionsTwoConsumers(t *testing.T) {
 	handler := func(name string) dedupq.Handler {
 		var first sync.Once
 		return func(ctx context.Context, d *dedupq.Delivery) error {
-			i := log.start(name, d)
 			first.Do(func() {
 				started.Done()
 				select {
@@ -202,24 +242,12 @@ func TestSessionsTwoConsumers(t *testing.T) {
 					t.Errorf("consumer %s got a session, the other none within 15s: one consumer held more sessions than its Concurrency", name)
 				}
 			})
-			fail := i == 1 && d.Attempt == 1
-			log.end(name, d, !fail)
-			if fail {
-				return dedupq.RetryAfter(errors.New("the head of the group fails once"), 50*time.Millisecond)
-			}
-			return nil
+			return log.handle(name, d, 50*time.Millisecond)
 		}
 	}
 	runConsumer(t, subA, 3, handler("A"))
 	runConsumer(t, subB, 3, handler("B"))
-	log.wait(t, 60*time.Second, "every group's last message", func(l *groupLog) bool {
-		for _, g := range groups {
-			if l.done[g] != perGroup {
-				return false
-			}
-		}
-		return true
-	})
+	log.waitAll(t, 60*time.Second, groups, perGroup)
 	log.check(t)
 }
 
@@ -227,11 +255,8 @@ func TestSessionsTwoConsumers(t *testing.T) {
 // message of it runs; the other Consumer takes the session over and goes
 // on from that message, in order.
 func TestSessionTakeoverOnClose(t *testing.T) {
-	d := needDouble(t)
-	a := newFakeAdmin()
-	q := newQueue(t, d, a, sessionProps(5*time.Second))
-	opts := servicebus.WithAdmin(servicebus.Options{SessionIdle: 300 * time.Millisecond}, a)
-	tp, subA := openSessionPair(t, newClient(t, d), q, opts)
+	q := newSessionQueue(t, 5*time.Second, 300*time.Millisecond)
+	tp, subA := q.tp, q.sub
 	const perGroup = 10
 	publishGroups(t, tp, []string{"g"}, perGroup)
 
@@ -251,7 +276,7 @@ func TestSessionTakeoverOnClose(t *testing.T) {
 	})
 	<-running4
 	stopA()
-	subB := openSessionSub(t, q, opts)
+	subB := openSessionSub(t, q.name, q.opts)
 	var firstB sync.Once
 	runConsumer(t, subB, 2, func(_ context.Context, d *dedupq.Delivery) error {
 		i := log.start("B", d)
@@ -275,19 +300,16 @@ func TestSessionTakeoverOnClose(t *testing.T) {
 // closes); once the session lock lapses the Consumer takes the session,
 // that message first.
 func TestSessionTakeoverOnLockLapse(t *testing.T) {
-	d := needDouble(t)
-	a := newFakeAdmin()
 	const lock = 2 * time.Second
-	q := newQueue(t, d, a, sessionProps(lock))
-	opts := servicebus.WithAdmin(servicebus.Options{SessionIdle: 300 * time.Millisecond}, a)
-	tp, sub := openSessionPair(t, newClient(t, d), q, opts)
+	q := newSessionQueue(t, lock, 300*time.Millisecond)
+	tp, sub := q.tp, q.sub
 	const perGroup = 5
 	publishGroups(t, tp, []string{"g"}, perGroup)
 
 	// The dead owner: a bare SDK session receiver on a client of its own.
 	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
 	defer cancel()
-	dead, err := newClient(t, d).AcceptNextSessionForQueue(ctx, q, nil)
+	dead, err := newClient(t, needDouble(t)).AcceptNextSessionForQueue(ctx, q.name, nil)
 	if err != nil {
 		t.Fatalf("AcceptNextSessionForQueue: %v", err)
 	}
@@ -320,19 +342,12 @@ func TestSessionTakeoverOnLockLapse(t *testing.T) {
 // at a time; it lets the first go once it has been idle, and takes the
 // other.
 func TestSessionIdleRelease(t *testing.T) {
-	d := needDouble(t)
-	a := newFakeAdmin()
-	q := newQueue(t, d, a, sessionProps(5*time.Second))
-	opts := servicebus.WithAdmin(servicebus.Options{SessionIdle: 200 * time.Millisecond}, a)
-	tp, sub := openSessionPair(t, newClient(t, d), q, opts)
+	q := newSessionQueue(t, 5*time.Second, 200*time.Millisecond)
+	tp, sub := q.tp, q.sub
 	publishGroups(t, tp, []string{"ga", "gb"}, 3)
 	log := newGroupLog()
-	runConsumer(t, sub, 1, func(_ context.Context, d *dedupq.Delivery) error {
-		log.start("C", d)
-		log.end("C", d, true)
-		return nil
-	})
-	log.wait(t, 20*time.Second, "both groups", func(l *groupLog) bool { return l.done["ga"] == 3 && l.done["gb"] == 3 })
+	runConsumer(t, sub, 1, func(_ context.Context, d *dedupq.Delivery) error { return log.handle("C", d, 0) })
+	log.waitAll(t, 20*time.Second, []string{"ga", "gb"}, 3)
 	log.check(t)
 }
 
@@ -340,10 +355,8 @@ func TestSessionIdleRelease(t *testing.T) {
 // entity (MessageId within the window, whatever the session), and a
 // message without a GroupKey is refused before anything is sent.
 func TestSessionsDuplicateDetection(t *testing.T) {
-	d := needDouble(t)
-	a := newFakeAdmin()
-	q := newQueue(t, d, a, sessionProps(5*time.Second))
-	tp, sub := openSessionPair(t, newClient(t, d), q, servicebus.WithAdmin(servicebus.Options{}, a))
+	q := newSessionQueue(t, 5*time.Second, 0)
+	tp, sub := q.tp, q.sub
 	defer sub.Close()
 	ctx := t.Context()
 	pub, err := dedupq.NewPublisher(ctx, tp, dedupq.PublisherOptions{})
