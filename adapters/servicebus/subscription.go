@@ -119,8 +119,8 @@ func (s *Subscription) OrdersGroups(context.Context) error {
 	if s.pool != nil {
 		return nil
 	}
-	return fmt.Errorf("dedupq/servicebus: %s has no sessions (RequiresSession is off, and fixed at creation), so it delivers a GroupKey's messages in any order: "+
-		"use an entity created with RequiresSession (in the URL, sessions=true with create=true creates one, or states one with window)", s.entity)
+	return fmt.Errorf("dedupq/servicebus: %s has no sessions (RequiresSession, fixed at creation), so a GroupKey's messages come in any order: "+
+		"use a session entity (create=true&sessions=true creates one; sessions=true with window states one)", s.entity)
 }
 
 // Properties are the entity properties as last read.

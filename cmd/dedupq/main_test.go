@@ -301,7 +301,7 @@ func TestCheckEmulators(t *testing.T) {
 	replace[policy] = "policy.json"
 	for _, c := range []cmdCase{
 		{golden: "servicebus", args: []string{"check", "--dedup-ttl", "1h", sbURL}},
-		{golden: "servicebus-sessions", args: []string{"check", "--dedup-ttl", "1h", sbSessionsURL}},
+		{golden: "servicebus-sessions", args: []string{"check", "--dedup-ttl", "1h", "--ordered", "--group-backlog", "10", sbSessionsURL}},
 		{golden: "sqs", args: []string{"check", sqsURL}},
 		{golden: "migration", args: []string{"check", "--policy", policy, sbURL, sqsURL}, wantCode: 1},
 	} {
