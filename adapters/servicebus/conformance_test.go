@@ -33,6 +33,7 @@ import (
 
 	"github.com/dedupq/dedupq/adapters/adaptertest"
 	"github.com/dedupq/dedupq/adapters/servicebus"
+	"github.com/dedupq/dedupq/driver"
 	servicebusdouble "github.com/dedupq/dedupq/localstack/servicebus-double"
 )
 
@@ -78,8 +79,15 @@ func (h harness) Open(ctx context.Context, t *testing.T, cfg adaptertest.Config)
 		private.queues = map[string]servicebusdouble.QueueConfig{q: queueConfig(p)}
 		restart = &adaptertest.Restarter{Stop: private.stop, Start: private.start, Forgets: true}
 	}
+	var another func(ctx context.Context) (driver.Subscription, error)
+	if h.sessions {
+		another = func(ctx context.Context) (driver.Subscription, error) {
+			// A client of its own, as a second process would have.
+			return servicebus.OpenSessionSubscription(ctx, newClient(t, d), servicebus.Entity{Queue: q}, servicebus.WithAdmin(servicebus.Options{}, a))
+		}
+	}
 	return adaptertest.Entity{
-		Topic: tp, Subscription: sub, Restart: restart,
+		Topic: tp, Subscription: sub, Restart: restart, AnotherSubscription: another,
 		WaitOutWindow: func(ctx context.Context) error {
 			timer := time.NewTimer(cfg.DedupWindow + 100*time.Millisecond)
 			defer timer.Stop()
