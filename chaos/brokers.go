@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -97,18 +98,27 @@ func jetstreamBroker(ctx context.Context, addr string) (*broker, error) {
 
 // sqsBroker starts a fauxqs of its own and creates a FIFO queue with a
 // dead-letter queue after maxDeliver receives. fauxqs keeps everything in
-// memory, so it is not restarted: the SQS run's faults are the processes'
-// kills and the PostgreSQL and Redis restarts.
+// memory, so it is not restarted: the children reach it through a
+// cutProxy, whose fault cuts them off from it as a restart would.
 func sqsBroker(ctx context.Context) (*broker, error) {
 	emu, err := fauxqs.StartWith(fauxqs.Options{})
 	if err != nil {
 		return nil, fmt.Errorf("starting fauxqs: %w", err)
 	}
+	cut, err := startCutProxy(strings.TrimPrefix(emu.Endpoint, "http://"))
+	if err != nil {
+		_ = emu.Stop()
+		return nil, err
+	}
 	c := awssqs.New(awssqs.Options{Region: "us-east-1", BaseEndpoint: aws.String(emu.Endpoint),
 		Credentials: credentials.NewStaticCredentialsProvider("test", "test", ""),
 		HTTPClient:  dsqs.KeepRequestBody(awshttp.NewBuildableClient())})
-	fail := func(err error) (*broker, error) {
+	stop := func() {
+		cut.close()
 		_ = emu.Stop()
+	}
+	fail := func(err error) (*broker, error) {
+		stop()
 		return nil, err
 	}
 	dlq, err := c.CreateQueue(ctx, &awssqs.CreateQueueInput{QueueName: aws.String("chaos-dlq.fifo"), Attributes: map[string]string{"FifoQueue": "true"}})
@@ -140,7 +150,7 @@ func sqsBroker(ctx context.Context) (*broker, error) {
 			n(types.QueueAttributeNameApproximateNumberOfMessagesDelayed), nil
 	}
 	return &broker{
-		url:     fmt.Sprintf("sqs://chaos.fifo?region=us-east-1&endpoint=%s&wait_time=2s", emu.Endpoint),
+		url:     fmt.Sprintf("sqs://chaos.fifo?region=us-east-1&endpoint=http://%s&wait_time=2s", cut.addr),
 		env:     []string{"AWS_ACCESS_KEY_ID=test", "AWS_SECRET_ACCESS_KEY=test", "AWS_EC2_METADATA_DISABLED=true"},
 		grouped: true,
 		settled: func(ctx context.Context) (bool, string) {
@@ -154,6 +164,7 @@ func sqsBroker(ctx context.Context) (*broker, error) {
 			v, f, d, _ := count(ctx, dlq.QueueUrl)
 			return v + f + d
 		},
-		close: func() { _ = emu.Stop() },
+		cut:   cut,
+		close: stop,
 	}, nil
 }

@@ -1,7 +1,8 @@
 // The CI variant of the chaos program: each entry of the matrix, small (a
 // few thousand messages, one kill of each kind), against private servers
 // the run starts itself and processes it kills: PostgreSQL and Redis from
-// the machine's packages, fauxqs, and a NATS server with JetStream of the
+// the machine's packages, fauxqs (cut off from the children for a
+// second), and a NATS server with JetStream of the
 // release go.mod requires (v2.15.2 when this was written; built once per
 // machine by internal/natsbin), SIGKILLed mid-stream. Without a server
 // program it skips, unless CI is set, when it fails; a failed build of
@@ -44,15 +45,26 @@ func TestChaosSmall(t *testing.T) {
 	for _, tc := range []struct {
 		backend, store string
 		n              int
+		// groups, when set, makes an ordered run (-ordered) of that
+		// many groups.
+		groups int
 	}{
-		{"mem", "mem", 10000},
-		{"jetstream", "pg", 2000},
-		{"jetstream", "redis", 2000},
-		{"sqs", "pg", 2000},
+		{"mem", "mem", 10000, 0},
+		{"mem", "mem", 5000, 100},
+		{"jetstream", "pg", 2000, 0},
+		{"jetstream", "redis", 2000, 0},
+		// SQS FIFO keeps its groups' order either way: the run checks
+		// it too.
+		{"sqs", "pg", 2000, 20},
 	} {
-		t.Run(tc.backend+"-"+tc.store, func(t *testing.T) {
+		name := tc.backend + "-" + tc.store
+		if tc.groups > 0 {
+			name += "-ordered"
+		}
+		t.Run(name, func(t *testing.T) {
 			cfg := defaultConfig()
 			cfg.backend, cfg.store, cfg.n = tc.backend, tc.store, tc.n
+			cfg.ordered, cfg.groups = tc.groups > 0, tc.groups
 			cfg.consumers, cfg.concurrency, cfg.kills = 2, 8, 1
 			cfg.settle = 90 * time.Second
 			if err := cfg.check(); err != nil {
@@ -75,6 +87,9 @@ func TestChaosSmall(t *testing.T) {
 			}
 			if res.published != tc.n || res.distinct != tc.n {
 				t.Errorf("published %d, distinct effects %d; want %d each", res.published, res.distinct, tc.n)
+			}
+			if res.orderChecked != cfg.ordered {
+				t.Errorf("order checked: %v, want %v", res.orderChecked, cfg.ordered)
 			}
 		})
 	}

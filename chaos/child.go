@@ -76,7 +76,7 @@ func publishChild(args []string) error {
 	dup := fs.Float64("dup", 0.2, "share of IDs sent twice")
 	count := fs.Int("publishers", 1, "publishers in the run")
 	index := fs.Int("index", 0, "this publisher")
-	grouped := fs.Bool("grouped", false, "give each message an ordering group")
+	groups := fs.Int("groups", 0, "ordering groups: message i in group i % groups (0: none)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -90,8 +90,8 @@ func publishChild(args []string) error {
 	defer pub.Close(context.WithoutCancel(ctx))
 	order := sendOrder(*n, *index, *count, *dup, *seed)
 	var group func(int) string
-	if *grouped {
-		group = messageGroup
+	if *groups > 0 {
+		group = groupOf(*groups)
 	}
 	err = publishOrder(ctx, pub, order, group, nil, func(k int) { fmt.Printf("progress %d\n", k) })
 	if err != nil {
@@ -125,6 +125,8 @@ func consumeChild(args []string) error {
 	redisAddr := fs.String("redis", "", "Redis address (redis stores)")
 	instance := fs.String("instance", "", "this process's name in the effects table")
 	concurrency := fs.Int("concurrency", 8, "handlers")
+	ordered := fs.Bool("ordered", false, "ConsumerOptions.Ordered")
+	groupBacklog := fs.Int("group-backlog", 0, "ConsumerOptions.GroupBacklog")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -232,6 +234,7 @@ func consumeChild(args []string) error {
 		Concurrency: *concurrency, Dedup: countingDedup{Deduplicator: dd, deliveries: &deliveries},
 		PublisherSpan:   publisherRetry().Span(),
 		ShutdownTimeout: shutdownTimeout, SettleTimeout: settleTimeout, Logger: logger,
+		Ordered: *ordered, GroupBacklog: *groupBacklog,
 	})
 	if err != nil {
 		closeStores()

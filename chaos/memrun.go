@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"log/slog"
 	"runtime"
-	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -77,7 +76,10 @@ func runMem(ctx context.Context, cfg config, log *logger) (*result, error) {
 	start := time.Now()
 	baseline := runtime.NumGoroutine()
 	const queue = "chaos"
-	const ttl = time.Hour
+	// An ordered run's resent copy may wait behind its group's whole
+	// backlog (groupBacklog), each message of which holds the group for
+	// a redelivery span: the TTL of the process runs covers that.
+	const ttl = dedupTTL
 	broker := mem.NewBroker(mem.Options{
 		DedupWindow: time.Second, AckWait: 2 * time.Second, MaxDeliveries: 20,
 		Faults: memFaults(cfg.seed),
@@ -113,7 +115,7 @@ func runMem(ctx context.Context, cfg config, log *logger) (*result, error) {
 		}
 		con, err := dedupq.NewConsumer(ctx, broker.Subscription(queue), dedupq.ConsumerOptions{
 			Concurrency: cfg.concurrency, Dedup: guard, PublisherSpan: retry.WithDefaults().Span(),
-			ShutdownTimeout: shutdownTimeout, Logger: quiet, Ordered: cfg.ordered,
+			ShutdownTimeout: shutdownTimeout, Logger: quiet, Ordered: cfg.ordered, GroupBacklog: groupBacklog(cfg),
 		})
 		if err != nil {
 			return nil, err
@@ -155,9 +157,9 @@ func runMem(ctx context.Context, cfg config, log *logger) (*result, error) {
 	// In an ordered run, group i % groups: each group's messages come from
 	// one publisher (groups is a multiple of publishers), in increasing
 	// order, so their first effects must come in that order too.
-	var groupOf func(int) string
+	var group func(int) string
 	if cfg.ordered {
-		groupOf = func(i int) string { return "g" + strconv.Itoa(i%cfg.groups) }
+		group = groupOf(cfg.groups)
 	}
 
 	// Publishers: publisher 0 is stopped at killAt sends on its first run
@@ -181,7 +183,7 @@ func runMem(ctx context.Context, cfg config, log *logger) (*result, error) {
 				if run == 0 && stopAt >= 0 {
 					limit = stopAt
 				}
-				err = publishOrder(ctx, pub, order[:limit], groupOf, nil, nil)
+				err = publishOrder(ctx, pub, order[:limit], group, nil, nil)
 				pub.Close(ctx)
 				if err != nil {
 					pubErr.Store(&err)

@@ -23,10 +23,30 @@ func parseID(id string) (int, bool) {
 // that a resend is a duplicate and not a conflict.
 func messageBody(i int) []byte { return fmt.Appendf(nil, `{"order":%d}`, i) }
 
-// messageGroup spreads the messages over ordering groups: SQS FIFO
+// unorderedGroups is how many ordering groups an unordered run on a
+// broker that needs them (SQS FIFO) spreads its messages over: SQS FIFO
 // delivers one message of a group at a time, so one group would make a
 // queue of thousands crawl.
-func messageGroup(i int) string { return fmt.Sprintf("g%02d", i%32) }
+const unorderedGroups = 32
+
+// groupOf puts message i in group i % groups. Each group's messages come
+// from one publisher when groups is a multiple of the publisher count
+// (publisher p sends the IDs i % count == p, in increasing order), so
+// its publish order is the order of its IDs.
+func groupOf(groups int) func(int) string {
+	return func(i int) string { return fmt.Sprintf("g%03d", i%groups) }
+}
+
+// groupBacklog is the ConsumerOptions.GroupBacklog of an ordered run:
+// every copy of a group's messages may be stored between two copies of
+// one (each message, its resend, and both again from the killed
+// publisher's second run). Zero for an unordered run.
+func groupBacklog(cfg config) int {
+	if !cfg.ordered {
+		return 0
+	}
+	return 4 * ((cfg.n + cfg.groups - 1) / cfg.groups)
+}
 
 // sendOrder is the order in which publisher p of count sends: its share of
 // the IDs (i % count == p), and a resend of about dupRatio of them a few

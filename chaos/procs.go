@@ -26,14 +26,18 @@ type broker struct {
 	url string
 	// env is added to the children's environment.
 	env []string
-	// grouped gives messages ordering groups (SQS FIFO needs them).
+	// grouped gives messages ordering groups even in an unordered run
+	// (SQS FIFO needs them).
 	grouped bool
 	// settled reports whether the broker holds no message, delivered or
 	// not, and if not, what it still holds.
 	settled func(ctx context.Context) (bool, string)
 	// deadLettered counts the messages the broker gave up on.
 	deadLettered func(ctx context.Context) int
-	close        func()
+	// cut, when set, stands between the children and a broker the run
+	// does not restart.
+	cut   *cutProxy
+	close func()
 }
 
 // worker is one publisher or consumer process slot, started again after
@@ -131,7 +135,7 @@ func runProcesses(ctx context.Context, cfg config, log *logger) (res *result, er
 	if err := setupTables(ctx, pool); err != nil {
 		return nil, err
 	}
-	servers := map[string]*server{"pg": pg}
+	servers := map[string]restarter{"pg": pg}
 	var redisSrv *server
 	if strings.HasPrefix(cfg.store, "redis") {
 		if redisSrv, err = newRedis(ps, dir, cfg.store == "redis", serverLog); err != nil {
@@ -160,10 +164,11 @@ func runProcesses(ctx context.Context, cfg config, log *logger) (res *result, er
 		if b, err = sqsBroker(ctx); err != nil {
 			return nil, err
 		}
+		servers["sqs"] = b.cut
 	}
 	defer b.close()
 	var names []string
-	for _, n := range []string{"nats", "pg", "redis"} {
+	for _, n := range []string{"nats", "sqs", "pg", "redis"} {
 		if servers[n] != nil {
 			names = append(names, n)
 		}
@@ -173,6 +178,13 @@ func runProcesses(ctx context.Context, cfg config, log *logger) (res *result, er
 	self, err := os.Executable()
 	if err != nil {
 		return nil, err
+	}
+	groups := 0
+	switch {
+	case cfg.ordered:
+		groups = cfg.groups
+	case b.grouped:
+		groups = unorderedGroups
 	}
 	startWorker := func(w *worker) error {
 		w.gen++
@@ -184,10 +196,11 @@ func runProcesses(ctx context.Context, cfg config, log *logger) (res *result, er
 		if w.role == "publish" {
 			args = []string{"-url", b.url, "-n", strconv.Itoa(cfg.n), "-seed", strconv.FormatUint(cfg.seed, 10),
 				"-dup", strconv.FormatFloat(cfg.dupRatio, 'g', -1, 64), "-publishers", strconv.Itoa(cfg.publishers),
-				"-index", strconv.Itoa(w.index), "-grouped=" + strconv.FormatBool(b.grouped)}
+				"-index", strconv.Itoa(w.index), "-groups", strconv.Itoa(groups)}
 		} else {
 			args = []string{"-url", b.url, "-store", cfg.store, "-pg", pg.dsn(), "-instance", w.instance,
-				"-concurrency", strconv.Itoa(cfg.concurrency)}
+				"-concurrency", strconv.Itoa(cfg.concurrency), "-ordered=" + strconv.FormatBool(cfg.ordered),
+				"-group-backlog", strconv.Itoa(groupBacklog(cfg))}
 			if redisSrv != nil {
 				args = append(args, "-redis", redisSrv.addr())
 			}
@@ -302,7 +315,7 @@ loop:
 			default:
 				name := strings.TrimPrefix(f.kind, "restart-")
 				srv := servers[name]
-				log.Printf("fault: restarting %s (pid %d, %v) at %d effects", name, srv.p.pid(), srv.crash, effects)
+				log.Printf("fault: restarting %s (%s) at %d effects", name, srv.describe(), effects)
 				o, err := srv.restart(ctx, time.Second)
 				outages = append(outages, o)
 				if err != nil {
@@ -444,6 +457,9 @@ loop:
 	}
 	res.wall = time.Since(start)
 	tally(res, cfg.n, rows, outages)
+	if cfg.ordered {
+		checkGroupOrder(res, cfg.groups, rows)
+	}
 	verdict(res)
 	log.Printf("repeats by cause: %v; guards of cleanly stopped consumers counted %d unrecorded", res.causes, guardUnrecorded)
 	return res, nil
@@ -474,9 +490,13 @@ func (w *worker) line(s string) {
 }
 
 // setupTables creates the effects table, on purpose without a unique
-// constraint, and the dedup store's table.
+// constraint, and the dedup store's table. seq numbers the effects in the
+// order their inserts ran: a message's handler starts after the one
+// before it in its group committed, so an ordered run's effects must
+// follow their groups' order in seq.
 func setupTables(ctx context.Context, pool *pgxpool.Pool) error {
 	if _, err := pool.Exec(ctx, `CREATE TABLE effects (
+	seq      bigserial   NOT NULL,
 	id       int         NOT NULL,
 	instance text        NOT NULL,
 	attempt  int         NOT NULL,
@@ -489,7 +509,7 @@ func setupTables(ctx context.Context, pool *pgxpool.Pool) error {
 }
 
 func readEffects(ctx context.Context, pool *pgxpool.Pool) ([]effect, error) {
-	rows, err := pool.Query(ctx, `SELECT id, instance, recorded, at FROM effects`)
+	rows, err := pool.Query(ctx, `SELECT id, instance, recorded, at FROM effects ORDER BY seq`)
 	if err != nil {
 		return nil, fmt.Errorf("reading the effects: %w", err)
 	}

@@ -144,6 +144,15 @@ type server struct {
 
 func (s *server) addr() string { return "127.0.0.1:" + strconv.Itoa(s.port) }
 
+// restarter is a server fault: a crash and start of a server process, or
+// a broker cut off (cutProxy).
+type restarter interface {
+	restart(ctx context.Context, downtime time.Duration) (outage, error)
+	describe() string
+}
+
+func (s *server) describe() string { return fmt.Sprintf("pid %d, %v", s.p.pid(), s.crash) }
+
 // start starts the server and waits, at most 30s, until it answers.
 func (s *server) start(ctx context.Context) error {
 	p, err := s.procs.start(s.name, s.spec)
