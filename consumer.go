@@ -477,16 +477,28 @@ func (o *outage) recovered(c *Consumer) {
 
 // receiveLoop fetches as many deliveries as there are free handler slots
 // and starts each; it returns nil when ctx is done, and an error only when
-// receiving failed for good.
+// receiving failed for good. The slots a receive did not fill stay its
+// own for the next one: given back, they would be taken again at once,
+// a cost per slot that a broker handing out one delivery per receive (an
+// ordered group's next message, once its head is acked) pays per message.
 func (c *Consumer) receiveLoop(ctx context.Context, slots chan struct{}, start func([]*driver.Delivery)) error {
 	var out outage
-	for {
-		select {
-		case slots <- struct{}{}:
-		case <-ctx.Done():
-			return nil
+	held := 0
+	defer func() {
+		for range held {
+			<-slots
 		}
-		n := 1
+	}()
+	for {
+		if held == 0 {
+			select {
+			case slots <- struct{}{}:
+			case <-ctx.Done():
+				return nil
+			}
+			held = 1
+		}
+		n := held
 		for yielded := false; n < cap(slots); {
 			select {
 			case slots <- struct{}{}:
@@ -504,9 +516,7 @@ func (c *Consumer) receiveLoop(ctx context.Context, slots chan struct{}, start f
 			runtime.Gosched()
 		}
 		ds, err := c.sub.Receive(ctx, n)
-		for range n - len(ds) {
-			<-slots
-		}
+		held = n - len(ds)
 		if len(ds) > 0 {
 			start(ds)
 		}
