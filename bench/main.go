@@ -13,8 +13,9 @@
 // JetStream key-value bucket on an embedded server), pg and txguard
 // (PostgreSQL db test on 127.0.0.1:5432), jetstream (an embedded server),
 // jetstream-url (-nats-url), sqs (fauxqs, the npm emulator under
-// localstack/fauxqs, or FAUXQS_ENDPOINT) and pubsub (pstest, served by a
-// child process of this program).
+// localstack/fauxqs, or FAUXQS_ENDPOINT), pubsub (pstest, served by a
+// child process of this program) and ordered (ordered groups against the
+// unordered Consumer: see ordered.go).
 //
 // Each side also reports its heap allocations per message: the process's
 // runtime.MemStats.Mallocs delta over the timed part of a run, divided by
@@ -91,7 +92,7 @@ type config struct {
 }
 
 // groups in the order they run and print.
-var groups = []string{"mem", "memstore", "redis", "jskv", "pg", "txguard", "jetstream", "jetstream-url", "sqs", "pubsub"}
+var groups = []string{"mem", "memstore", "redis", "jskv", "pg", "txguard", "jetstream", "jetstream-url", "sqs", "pubsub", "ordered"}
 
 // errUnavailable is wrapped by a group's setup error when its emulator
 // cannot run on this machine (say, node is missing for fauxqs): run then
@@ -398,6 +399,7 @@ var setups = map[string]func(ctx context.Context, c config) ([]row, func(), erro
 	"jetstream-url": jetstreamURLRows,
 	"sqs":           sqsRows,
 	"pubsub":        pubsubRows,
+	"ordered":       orderedGroup,
 }
 
 func measure(ctx context.Context, c config, group string, r row) (string, error) {
