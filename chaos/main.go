@@ -108,7 +108,7 @@ type config struct {
 	settle time.Duration
 	// ordered gives message i the GroupKey of group i % groups and runs
 	// the consumers with ConsumerOptions.Ordered: every group's first
-	// effects must come in publish order (mem and sqs).
+	// effects must come in publish order.
 	ordered bool
 	groups  int
 	// keep leaves the work directory (server data and logs) in place.
@@ -135,7 +135,7 @@ func (c *config) flags(fs *flag.FlagSet) {
 	fs.IntVar(&c.concurrency, "concurrency", c.concurrency, "handlers per consumer")
 	fs.IntVar(&c.kills, "kills", c.kills, "SIGKILLs per consumer process")
 	fs.DurationVar(&c.settle, "settle", c.settle, "bound on the wait for every message to settle")
-	fs.BoolVar(&c.ordered, "ordered", c.ordered, "ordered groups: message i in group i % -groups, consumers with ConsumerOptions.Ordered; checks each group's effects come in publish order (mem, sqs)")
+	fs.BoolVar(&c.ordered, "ordered", c.ordered, "ordered groups: message i in group i % -groups, consumers with ConsumerOptions.Ordered; checks each group's effects come in publish order")
 	fs.IntVar(&c.groups, "groups", c.groups, "ordering groups of an -ordered run; a multiple of -publishers, so that each group has one publisher")
 	fs.BoolVar(&c.keep, "keep", c.keep, "keep the work directory (server data and logs)")
 	fs.BoolVar(&c.verbose, "v", c.verbose, "log every fault and the children's warnings")
@@ -164,8 +164,6 @@ func (c *config) check() error {
 	}
 	if c.ordered {
 		switch {
-		case c.backend == "jetstream":
-			return fmt.Errorf("-ordered runs on -backend mem and sqs, not %s", c.backend)
 		case c.groups < 1 || c.groups%c.publishers != 0:
 			return fmt.Errorf("-groups %d: want a positive multiple of -publishers (%d), so that each group's messages come from one publisher, in order", c.groups, c.publishers)
 		}

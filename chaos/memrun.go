@@ -76,10 +76,7 @@ func runMem(ctx context.Context, cfg config, log *logger) (*result, error) {
 	start := time.Now()
 	baseline := runtime.NumGoroutine()
 	const queue = "chaos"
-	// An ordered run's resent copy may wait behind its group's whole
-	// backlog (groupBacklog), each message of which holds the group for
-	// a redelivery span: the TTL of the process runs covers that.
-	const ttl = dedupTTL
+	const ttl = dedupTTL // covers an ordered run's backlog, as there
 	broker := mem.NewBroker(mem.Options{
 		DedupWindow: time.Second, AckWait: 2 * time.Second, MaxDeliveries: 20,
 		Faults: memFaults(cfg.seed),

@@ -8,6 +8,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -29,6 +30,9 @@ type broker struct {
 	// grouped gives messages ordering groups even in an unordered run
 	// (SQS FIFO needs them).
 	grouped bool
+	// oneConsumer: the broker hands the messages to one consumer process
+	// at a time, the others standing by (an ordered JetStream durable).
+	oneConsumer bool
 	// settled reports whether the broker holds no message, delivered or
 	// not, and if not, what it still holds.
 	settled func(ctx context.Context) (bool, string)
@@ -60,6 +64,7 @@ type worker struct {
 	cur       atomic.Pointer[proc]
 	killedMid atomic.Bool
 
+	ready      atomic.Bool  // consumer: it handles SIGTERM (it said "ready")
 	progress   atomic.Int64 // publisher: sends so far
 	deliveries atomic.Int64 // consumer: deliveries so far
 	stats      atomic.Pointer[consumerStats]
@@ -157,7 +162,7 @@ func runProcesses(ctx context.Context, cfg config, log *logger) (res *result, er
 			return nil, err
 		}
 		servers["nats"] = nats
-		if b, err = jetstreamBroker(ctx, nats.addr()); err != nil {
+		if b, err = jetstreamBroker(ctx, nats.addr(), cfg.ordered); err != nil {
 			return nil, err
 		}
 	case "sqs":
@@ -190,6 +195,7 @@ func runProcesses(ctx context.Context, cfg config, log *logger) (res *result, er
 		w.gen++
 		w.instance = w.name()
 		w.killed, w.restartAt = false, time.Time{}
+		w.ready.Store(false)
 		w.progress.Store(0)
 		w.deliveries.Store(0)
 		var args []string
@@ -411,6 +417,11 @@ loop:
 			continue
 		}
 		wg.Go(func() {
+			// One started a moment ago (after a kill) may not handle
+			// SIGTERM yet, which would kill it.
+			for deadline := time.Now().Add(time.Minute); !w.ready.Load() && !w.p.done() && time.Now().Before(deadline); {
+				time.Sleep(20 * time.Millisecond)
+			}
 			limit := shutdownTimeout + settleTimeout + 10*time.Second
 			if !w.p.stop(syscall.SIGTERM, limit) {
 				res.problem("consumer %s did not exit within %s of SIGTERM", w.instance, limit)
@@ -439,10 +450,30 @@ loop:
 	}
 	// A consumer that lived through a server restart must receive again
 	// afterwards, if the others found plenty of work (here, more than 50
-	// effects per consumer) after it.
+	// effects per consumer) after it. Where one consumer at a time
+	// receives, one of those that lived through it must, if all of them
+	// still run.
+	idle := map[string][]string{}
 	for _, wt := range watches {
-		if wt.w.gen == wt.gen && wt.w.deliveries.Load() == wt.deliveries && effects-wt.effects > 50*cfg.consumers {
-			res.problem("consumer %s received nothing after the %s", wt.w.instance, wt.after)
+		switch {
+		case effects-wt.effects <= 50*cfg.consumers:
+		case wt.w.gen != wt.gen:
+			if b.oneConsumer {
+				idle[wt.after] = append(idle[wt.after], "")
+			}
+		case wt.w.deliveries.Load() == wt.deliveries:
+			idle[wt.after] = append(idle[wt.after], wt.w.instance)
+		case b.oneConsumer:
+			idle[wt.after] = append(idle[wt.after], "") // one received
+		}
+	}
+	for after, names := range idle {
+		if !b.oneConsumer {
+			for _, n := range names {
+				res.problem("consumer %s received nothing after the %s", n, after)
+			}
+		} else if !slices.Contains(names, "") {
+			res.problem("none of the consumers %s, which hold the durable one at a time, received anything after the %s", strings.Join(names, ", "), after)
 		}
 	}
 	if runErr != nil {
@@ -469,6 +500,8 @@ loop:
 func (w *worker) line(s string) {
 	word, rest, _ := strings.Cut(s, " ")
 	switch word {
+	case "ready":
+		w.ready.Store(true)
 	case "progress":
 		if n, err := strconv.ParseInt(rest, 10, 64); err == nil {
 			w.progress.Store(n)
