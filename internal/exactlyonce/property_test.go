@@ -590,3 +590,47 @@ func TestIssue9Defect1(t *testing.T) {
 		t.Fatalf("the issue's schedule: %+v, want 2 copies stored and the effect run twice, nothing Unrecorded", out)
 	}
 }
+
+// An ordered group's head that fails its last delivery holds the group
+// for its nack's delay on top of the redelivery span: the broker keeps a
+// nacked message (mem, an SQS FIFO message's visibility timeout) until
+// the delay ends, and dead-letters it only then. The Consumer nacks a
+// delivery that has used up MaxDeliveries with the policy's backoff as any
+// other, so every message ahead of a resent copy can hold the group for
+// R + Backoff, and the head-of-line bound max(P, R) + (B+1)·R is short by
+// up to (B+1) backoffs. Here: window 1m, ack wait 30s, 2 deliveries,
+// backoff 1m (R = 2m); a publisher span of 2m; one other message of the
+// group; TTL 6m = max(2m, 2m) + 2 × 2m, which NewConsumer accepts. In the
+// worst schedule the other message holds the group from 2m to 5m, and the
+// resent copy's second delivery claims at 6m30s, after the record expired.
+func TestOrderedLastNackHoldsItsGroup(t *testing.T) {
+	ctx := context.Background()
+	clk := clock.NewFake(time.Unix(1_700_000_000, 0))
+	red := window.RedeliveryPolicy{MaxDeliveries: 2, AckWait: 30 * time.Second, Backoff: []time.Duration{time.Minute}}
+	b := mem.NewBroker(mem.Options{Clock: clk, DedupWindow: time.Minute, AckWait: red.AckWait, MaxDeliveries: red.MaxDeliveries, Backoff: red.Backoff})
+	retry := window.RetryPolicy{MaxAttempts: 2, AttemptTimeout: 30 * time.Second, InitialBackoff: time.Minute}
+	if retry.Span() != 2*time.Minute || red.Span() != 2*time.Minute {
+		t.Fatalf("publisher span %s, redelivery span %s; want 2m each", retry.Span(), red.Span())
+	}
+	const ttl = 6 * time.Minute
+	guard, err := dedup.NewGuard(dedup.GuardOptions{Store: memstore.New(clk), TTL: ttl, Clock: clk})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sub := b.Subscription(queueName)
+	defer sub.Close()
+	con, err := dedupq.NewConsumer(ctx, sub, dedupq.ConsumerOptions{Dedup: guard, PublisherSpan: retry.Span(), Margin: -1,
+		Ordered: true, GroupBacklog: 1, Clock: clk})
+	if err != nil {
+		t.Fatalf("NewConsumer: %v (a TTL of max(P, R) + 2R = 6m)", err)
+	}
+	con.Close(ctx)
+
+	p := plan{
+		window: time.Minute, retry: retry, redelivery: red, ttl: ttl, publisherSpan: retry.Span(), margin: -1, mode: modeGuard,
+		ordered: true, backlog: 1, declaredBacklog: 1,
+	}
+	if out := run(p, adversary{}); out.err != nil || out.effects != 1 {
+		t.Fatalf("the worst schedule of a plan NewConsumer accepts: %+v, want the effect run once", out)
+	}
+}
