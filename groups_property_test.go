@@ -29,7 +29,6 @@ package dedupq_test
 
 import (
 	"context"
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"hash/fnv"
@@ -146,19 +145,8 @@ func pick[T any](r *rand.Rand, xs ...T) T { return xs[r.IntN(len(xs))] }
 // n, a number in [0, 1<<53).
 func (s *streamSeed) chance(p float64, kind, id string, n int) (bool, uint64) {
 	h := fnv.New64a()
-	var buf [8]byte
-	binary.LittleEndian.PutUint64(buf[:], s.seed)
-	h.Write(buf[:])
-	h.Write([]byte(kind + "\x00" + id + "\x00"))
-	binary.LittleEndian.PutUint64(buf[:], uint64(n))
-	h.Write(buf[:])
-	x := h.Sum64()
-	x ^= x >> 30
-	x *= 0xbf58476d1ce4e5b9
-	x ^= x >> 27
-	x *= 0x94d049bb133111eb
-	x ^= x >> 31
-	v := x >> 11
+	fmt.Fprintf(h, "%s\x00%s\x00%d", kind, id, n)
+	v := rand.New(rand.NewPCG(s.seed, h.Sum64())).Uint64() >> 11
 	return float64(v)/float64(1<<53) < p, v
 }
 
@@ -345,43 +333,46 @@ func (s *streamSub) live(d *driver.Delivery, now time.Time) (*streamMsg, error) 
 	return h.m, nil
 }
 
-func (s *streamSub) Ack(ctx context.Context, d *driver.Delivery) error {
+// settle applies f to d's message under the lock when d still holds its
+// lease, and wakes Receive; it returns nil for a message settled already
+// (settling it again is harmless) and errStreamLeaseLost for a lapsed
+// lease, tracing both as what.
+func (s *streamSub) settle(d *driver.Delivery, what string, f func(m *streamMsg, now time.Time)) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	now := s.clk.Now()
 	m, err := s.live(d, now)
 	if m == nil {
-		s.trace.add(now, "%s: ack of delivery %d: %v", d.Message.ID, d.Attempt, err)
+		s.trace.add(now, "%s: %s of delivery %d: %v", d.Message.ID, what, d.Attempt, err)
 		return err
 	}
-	m.done, m.leases = true, nil
-	s.trace.add(now, "%s: acked (delivery %d)", m.id, d.Attempt)
+	f(m, now)
 	s.changedLocked()
 	return nil
 }
 
+func (s *streamSub) Ack(ctx context.Context, d *driver.Delivery) error {
+	return s.settle(d, "ack", func(m *streamMsg, now time.Time) {
+		m.done, m.leases = true, nil
+		s.trace.add(now, "%s: acked (delivery %d)", m.id, d.Attempt)
+	})
+}
+
 func (s *streamSub) Nack(ctx context.Context, d *driver.Delivery, delay time.Duration) error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	now := s.clk.Now()
-	m, err := s.live(d, now)
-	if m == nil {
-		s.trace.add(now, "%s: nack of delivery %d: %v", d.Message.ID, d.Attempt, err)
-		return err
-	}
-	// Every delivery of the message loses its lease with the nack.
-	m.leases, m.availableAt = nil, now.Add(max(delay, 0))
-	s.trace.add(now, "%s: nacked (delivery %d), again in %s", m.id, d.Attempt, max(delay, 0))
-	if s.w.resetsLater && m.group != "" {
+	return s.settle(d, "nack", func(m *streamMsg, now time.Time) {
+		// Every delivery of the message loses its lease with the nack.
+		m.leases, m.availableAt = nil, now.Add(max(delay, 0))
+		s.trace.add(now, "%s: nacked (delivery %d), again in %s", m.id, d.Attempt, max(delay, 0))
+		if !s.w.resetsLater || m.group == "" {
+			return
+		}
 		for _, later := range s.w.groups[groupIndex(m.group)][m.seq+1:] {
 			if len(later.leases) > 0 && !later.done {
 				later.leases, later.availableAt = nil, m.availableAt
 				s.trace.add(now, "%s: redelivered after %s (the broker's nack of a key)", later.id, m.id)
 			}
 		}
-	}
-	s.changedLocked()
-	return nil
+	})
 }
 
 func groupIndex(group string) int {
@@ -390,32 +381,19 @@ func groupIndex(group string) int {
 }
 
 func (s *streamSub) Terminate(ctx context.Context, d *driver.Delivery, reason error) error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	now := s.clk.Now()
-	m, err := s.live(d, now)
-	if m == nil {
-		return err
-	}
-	m.done, m.buried, m.leases = true, true, nil
-	s.trace.add(now, "%s: terminated: %v", m.id, reason)
-	s.changedLocked()
-	return nil
+	return s.settle(d, "terminate", func(m *streamMsg, now time.Time) {
+		m.done, m.buried, m.leases = true, true, nil
+		s.trace.add(now, "%s: terminated: %v", m.id, reason)
+	})
 }
 
 func (s *streamSub) Extend(ctx context.Context, d *driver.Delivery, by time.Duration) error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	now := s.clk.Now()
-	m, err := s.live(d, now)
-	if m == nil {
-		return err
-	}
-	l := d.Handle.(*streamHandle).l
-	if end := now.Add(by); end.After(l.end) {
-		l.end = end
-	}
-	return nil
+	return s.settle(d, "extend", func(m *streamMsg, now time.Time) {
+		l := d.Handle.(*streamHandle).l
+		if end := now.Add(by); end.After(l.end) {
+			l.end = end
+		}
+	})
 }
 
 func (s *streamSub) Window(context.Context) (window.Window, error) {
