@@ -27,7 +27,12 @@
 //     to): every claim, completion and commit inside one fails;
 //   - the transactional store (pgstore.Do): effect and completion commit
 //     together or not at all, and the row lock holds the key while the
-//     transaction is open.
+//     transaction is open;
+//   - for an ordered plan, the other messages of the message's group
+//     (fillers): the adversary plays their handlers (when each settles,
+//     and how), which decides how long each holds the group; mem holds a
+//     group behind its head, so each delivery is its own process and the
+//     Consumer's dispatcher (groups.go) has nothing to order here.
 //
 // The mem broker is used as it is: SendBatch decides what its dedup window
 // drops, Receive/Ack/Nack/Extend decide leases, redelivery and
