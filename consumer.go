@@ -695,7 +695,7 @@ func (c *Consumer) settleDelivery(ctx context.Context, p *pipeline, w *worker, s
 	switch {
 	case err == nil:
 		what = "ack"
-	case IsPermanent(err):
+	case IsPermanent(err), c.lastGroupDelivery(p, d):
 		what = "terminate"
 	default:
 		what, delay = "nack", c.nackDelay(p, d, err)
