@@ -143,6 +143,10 @@ func TestCheckNoServices(t *testing.T) {
 		{golden: "mem-unsafe", args: []string{"check", "--max-attempts", "10", "--max-backoff", "1m", "mem://orders?window=1m&ack_wait=30s"}, wantCode: 1},
 		{golden: "mem-json", args: []string{"check", "--json", "--dedup-ttl", "1m", "mem://orders?window=1m&ack_wait=30s"}, wantCode: 1},
 		{golden: "embedded", args: []string{"check", "--dedup-ttl", "10m", embeddedURL}},
+		// A publisher span (51.5s) beyond the 30s window: an ordered
+		// consumer's check counts the resent copy's wait behind its group.
+		{golden: "mem-ordered", args: []string{"check", "--dedup-ttl", "30m", "--ordered", "mem://orders?window=30s&ack_wait=30s&max_deliveries=5"}, wantCode: 1},
+		{golden: "mem-ordered-backlog", args: []string{"check", "--dedup-ttl", "30m", "--ordered", "--group-backlog", "7", "mem://orders?window=30s&ack_wait=30s&max_deliveries=5"}},
 		{golden: "policy-file", args: []string{"check", "--policy", policy, embeddedURL, "mem://orders?window=10m&ack_wait=30s&max_deliveries=5"},
 			wantCode: 1, replace: map[string]string{policy: "policy.json"}},
 		// The flag beats the file.
