@@ -227,24 +227,9 @@ type orderState struct {
 	// lastPull is when this subscription last sent a pull, which renews
 	// its pin.
 	lastPull time.Time
-	// floors are the groups' latest delayed nacks (nackFloor).
-	floors map[string]nackFloor
 	// keeperStop and keeperDone stop keepPin's goroutine; nil until it
 	// runs.
 	keeperStop, keeperDone chan struct{}
-}
-
-// nackFloor is a delayed nack of a group: a nack of a later message of the
-// group within until gets at least delay, so that it is due after this
-// one. The server stamps a nack's due time when it processes it, in the
-// order a connection sent them, so an equal or longer delay sent later is
-// due later; a shorter one that only makes up for the time between the
-// two (the time left of a failed head's delay) can be due a little
-// earlier, and be redelivered first.
-type nackFloor struct {
-	seq   string
-	delay time.Duration
-	until time.Time
 }
 
 // seqLess orders two stream sequences as the server writes them: decimal,
@@ -393,11 +378,7 @@ func (s *Subscription) inStreamOrder(ctx context.Context, cons jetstream.Consume
 func (s *Subscription) giveBack(ctx context.Context, ds []*driver.Delivery) {
 	for _, d := range ds {
 		m, _ := msgOf(d)
-		if delay := s.nackDelay(d, 0); delay > 0 {
-			_ = m.NakWithDelay(delay)
-		} else {
-			_ = m.Nak()
-		}
+		_ = m.Nak()
 	}
 	ctx, cancel := withDeadline(ctx)
 	defer cancel()
@@ -438,11 +419,9 @@ func (s *Subscription) extended(d *driver.Delivery) {
 	s.mu.Unlock()
 }
 
-// nackDelay is the delay to nack d with on an ordered durable: delay, cut
-// to maxNackDelay, and raised to the floor of d's group (see nackFloor).
-// It holds the pin until the nacked delivery is due. On other durables it
-// is delay.
-func (s *Subscription) nackDelay(d *driver.Delivery, delay time.Duration) time.Duration {
+// nackDelay is the delay to nack d with: on an ordered durable, delay cut
+// to its MaxNackDelay, with the pin held until the nacked delivery is due.
+func (s *Subscription) nackDelay(delay time.Duration) time.Duration {
 	if !s.ord.active.Load() {
 		return delay
 	}
@@ -452,37 +431,8 @@ func (s *Subscription) nackDelay(d *driver.Delivery, delay time.Duration) time.D
 		return delay
 	}
 	delay = min(delay, maxNackDelay(s.consCfg))
-	now := time.Now()
-	if g := d.Message.GroupKey; g != "" {
-		f, ok := s.ord.floors[g]
-		live := ok && now.Before(f.until)
-		if live && seqLess(f.seq, d.BackendID) {
-			delay = max(delay, f.delay)
-		}
-		if delay > 0 && (!live || !now.Add(delay+pinSlack).Before(f.until)) {
-			if s.ord.floors == nil {
-				s.ord.floors = make(map[string]nackFloor)
-			}
-			s.pruneFloorsLocked(now)
-			s.ord.floors[g] = nackFloor{seq: d.BackendID, delay: delay, until: now.Add(delay + pinSlack)}
-		}
-	}
-	s.holdPinLocked(now.Add(delay))
+	s.holdPinLocked(time.Now().Add(delay))
 	return delay
-}
-
-// pruneFloorsLocked drops the floors that have passed, once there are
-// many, so that the map follows the groups nacked lately rather than every
-// group ever nacked.
-func (s *Subscription) pruneFloorsLocked(now time.Time) {
-	if len(s.ord.floors) < 1024 {
-		return
-	}
-	for g, f := range s.ord.floors {
-		if !now.Before(f.until) {
-			delete(s.ord.floors, g)
-		}
-	}
 }
 
 func (s *Subscription) pulled() {

@@ -42,6 +42,9 @@ const localAddr = "127.0.0.1:4222"
 var embeddedURL string
 
 func TestMain(m *testing.M) {
+	if url := os.Getenv(ownerChildEnv); url != "" {
+		os.Exit(runOwnerChild(url))
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	url, stop, err := embedded.Run(ctx, "")
 	cancel()

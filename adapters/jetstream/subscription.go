@@ -511,14 +511,13 @@ func (s *Subscription) AckUnconfirmed(d *driver.Delivery) error {
 // Nack returns d for redelivery: at once when delay is zero, else after
 // delay (plus, on a consumer with BackOff, the server's adjustment
 // described in the package doc). On an ordered durable the delay is at
-// most its MaxNackDelay, and at least that of a delayed nack of an earlier
-// message of d's group that is not yet due (see the package doc).
+// most its MaxNackDelay (see the package doc).
 func (s *Subscription) Nack(ctx context.Context, d *driver.Delivery, delay time.Duration) error {
 	m, err := msgOf(d)
 	if err != nil {
 		return err
 	}
-	delay = s.nackDelay(d, delay)
+	delay = s.nackDelay(delay)
 	if delay > 0 {
 		err = m.NakWithDelay(delay)
 	} else {
