@@ -322,14 +322,7 @@ func (s *Subscription) receiveOrdered(ctx context.Context, cons jetstream.Consum
 func (s *Subscription) take(cons jetstream.Consumer, group string, n int) ([]*driver.Delivery, error) {
 	s.pulled()
 	batch, err := cons.Fetch(n, jetstream.FetchPriorityGroup(group), jetstream.FetchMaxWait(takeWait))
-	if err != nil {
-		return nil, fmt.Errorf("jetstream: fetch: %w", err)
-	}
-	ds := s.deliveries(batch.Messages(), n)
-	if err := batch.Error(); err != nil && len(ds) == 0 {
-		return nil, fmt.Errorf("jetstream: fetch: %w", asPullLimit(err))
-	}
-	return ds, nil
+	return s.fetched(batch, err, n)
 }
 
 func redelivered(d *driver.Delivery) bool { return d.Attempt > 1 }

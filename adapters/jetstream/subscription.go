@@ -357,6 +357,12 @@ func (s *Subscription) refused(ctx context.Context, cons jetstream.Consumer, err
 // fetchNoWait takes what is waiting, up to n, without waiting.
 func (s *Subscription) fetchNoWait(cons jetstream.Consumer, n int) ([]*driver.Delivery, error) {
 	batch, err := cons.FetchNoWait(n)
+	return s.fetched(batch, err, n)
+}
+
+// fetched is what a pull of up to n brought: its deliveries, or its error
+// when it brought none.
+func (s *Subscription) fetched(batch jetstream.MessageBatch, err error, n int) ([]*driver.Delivery, error) {
 	if err != nil {
 		return nil, fmt.Errorf("jetstream: fetch: %w", err)
 	}
