@@ -286,9 +286,13 @@ func TestCheckEmulators(t *testing.T) {
 	if err := d.CreateQueue(ctx, "orders", servicebusdouble.QueueConfig{RequiresDuplicateDetection: true, DuplicateDetectionWindow: 10 * time.Minute, LockDuration: 30 * time.Second, MaxDeliveryCount: 3}); err != nil {
 		t.Fatal(err)
 	}
+	if err := d.CreateQueue(ctx, "orders-sessions", servicebusdouble.QueueConfig{RequiresSession: true, RequiresDuplicateDetection: true, DuplicateDetectionWindow: 10 * time.Minute, LockDuration: 30 * time.Second, MaxDeliveryCount: 3}); err != nil {
+		t.Fatal(err)
+	}
 	sbHost := strings.TrimPrefix(strings.SplitN(d.ConnectionString(), ";", 2)[0], "Endpoint=sb://")
 	sbHost = strings.TrimSuffix(sbHost, "/")
 	sbURL := "servicebus://" + sbHost + "/orders?window=10m&ack_wait=30s&max_deliveries=3"
+	sbSessionsURL := "servicebus://" + sbHost + "/orders-sessions?window=10m&ack_wait=30s&max_deliveries=3&sessions=true"
 	sqsURL := "sqs://orders.fifo?region=us-east-1&endpoint=" + emu.Endpoint + "&create=true&ack_wait=30s&max_deliveries=3"
 	env := []string{
 		"SERVICEBUS_CONNECTION_STRING=" + d.ConnectionString(),
@@ -300,6 +304,7 @@ func TestCheckEmulators(t *testing.T) {
 	replace[policy] = "policy.json"
 	for _, c := range []cmdCase{
 		{golden: "servicebus", args: []string{"check", "--dedup-ttl", "1h", sbURL}},
+		{golden: "servicebus-sessions", args: []string{"check", "--dedup-ttl", "1h", "--ordered", "--group-backlog", "10", sbSessionsURL}},
 		{golden: "sqs", args: []string{"check", sqsURL}},
 		{golden: "migration", args: []string{"check", "--policy", policy, sbURL, sqsURL}, wantCode: 1},
 	} {
