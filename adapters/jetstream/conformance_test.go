@@ -25,6 +25,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/dedupq/dedupq/adapters/adaptertest"
+	"github.com/dedupq/dedupq/driver"
 )
 
 func TestConformance(t *testing.T) {
@@ -107,6 +108,10 @@ func (h harness) Open(ctx context.Context, t *testing.T, c adaptertest.Config) a
 			}
 		},
 		DeadLetters: terms.ids,
+		// A second process's: a connection of its own.
+		AnotherSubscription: func(ctx context.Context) (driver.Subscription, error) {
+			return URLOpener{}.OpenSubscription(ctx, u)
+		},
 	}
 }
 
