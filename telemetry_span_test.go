@@ -60,7 +60,7 @@ func TestProcessSpanAttributes(t *testing.T) {
 	}
 	seen := map[string]bool{}
 	for _, s := range rec.Ended() {
-		if s.Name() != "process mem" {
+		if s.Name() != "process q" {
 			continue
 		}
 		attrs := map[attribute.Key]attribute.Value{}
@@ -72,7 +72,8 @@ func TestProcessSpanAttributes(t *testing.T) {
 			t.Errorf("two process spans of message %q", id)
 		}
 		seen[id] = true
-		if s.SpanKind() != trace.SpanKindConsumer || len(attrs) != 4 || attrs["messaging.system"].AsString() != "mem" ||
+		if s.SpanKind() != trace.SpanKindConsumer || len(attrs) != 6 || attrs["messaging.system"].AsString() != "mem" ||
+			attrs["messaging.destination.name"].AsString() != "q" || attrs["messaging.operation.name"].AsString() != "process" ||
 			attrs["messaging.operation.type"].AsString() != "process" || attrs["messaging.delivery.attempt"].AsInt64() != 1 {
 			t.Errorf("process span of %q: kind %v, attributes %v", id, s.SpanKind(), s.Attributes())
 		}
@@ -87,8 +88,8 @@ func TestProcessSpanAttributes(t *testing.T) {
 			continue // the handler's span
 		}
 		starts++
-		if _, ok := attrs["messaging.message.id"]; !ok || len(attrs) != 4 {
-			t.Errorf("the sampler saw %v at a process span's start, want its 4 attributes", attrs)
+		if _, ok := attrs["messaging.message.id"]; !ok || len(attrs) != 6 {
+			t.Errorf("the sampler saw %v at a process span's start, want its 6 attributes", attrs)
 		}
 	}
 	if starts != n {
@@ -235,7 +236,7 @@ func TestOneSpanPerDeliveryByDefault(t *testing.T) {
 			var process, handler sdktrace.ReadOnlySpan
 			for _, s := range rec.Ended() {
 				switch s.Name() {
-				case "process mem":
+				case "process q":
 					process = s
 				case "dedupq.handler":
 					handler = s
