@@ -98,10 +98,10 @@ func start(ctx context.Context, ln net.Listener) (a *app, err error) {
 	if err != nil {
 		return nil, err
 	}
-	a = &app{mp: sdkmetric.NewMeterProvider(sdkmetric.WithReader(exporter))}
+	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(exporter))
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
-	a.srv = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	a = &app{mp: mp, srv: &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}}
 	go func() { _ = a.srv.Serve(ln) }()
 	defer func() {
 		if err != nil {
@@ -109,13 +109,15 @@ func start(ctx context.Context, ln net.Listener) (a *app, err error) {
 		}
 	}()
 
-	if a.guard, err = dedup.NewGuard(dedup.GuardOptions{Store: memstore.New(nil), TTL: time.Hour, MeterProvider: a.mp}); err != nil {
+	guard, err := dedup.NewGuard(dedup.GuardOptions{Store: memstore.New(nil), TTL: time.Hour, MeterProvider: mp})
+	if err != nil {
 		return nil, err
 	}
-	if a.con, err = dedupq.OpenConsumer(ctx, brokerURL, dedupq.ConsumerOptions{Dedup: a.guard, MeterProvider: a.mp}); err != nil {
+	a.guard = guard
+	if a.con, err = dedupq.OpenConsumer(ctx, brokerURL, dedupq.ConsumerOptions{Dedup: guard, MeterProvider: mp}); err != nil {
 		return nil, err
 	}
-	if a.pub, err = dedupq.OpenPublisher(ctx, brokerURL, dedupq.PublisherOptions{MeterProvider: a.mp}); err != nil {
+	if a.pub, err = dedupq.OpenPublisher(ctx, brokerURL, dedupq.PublisherOptions{MeterProvider: mp}); err != nil {
 		return nil, err
 	}
 	return a, nil
