@@ -31,6 +31,30 @@ func spanAttrs(s sdktrace.ReadOnlySpan) map[attribute.Key]attribute.Value {
 	return out
 }
 
+// traced is a mem broker with a publisher to its queue "orders", traced
+// by tp, whose spans rec records.
+type traced struct {
+	rec    *tracetest.SpanRecorder
+	tp     *sdktrace.TracerProvider
+	broker *mem.Broker
+	pub    *dedupq.Publisher
+}
+
+// newTraced makes a traced publisher with opts (its TracerProvider set
+// here), closed when t ends.
+func newTraced(t *testing.T, opts dedupq.PublisherOptions) traced {
+	t.Helper()
+	tr := traced{rec: tracetest.NewSpanRecorder(), broker: mem.NewBroker(mem.Options{DedupWindow: 2 * time.Minute})}
+	tr.tp = sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(tr.rec))
+	opts.TracerProvider = tr.tp
+	var err error
+	if tr.pub, err = dedupq.NewPublisher(context.Background(), tr.broker.Topic("orders"), opts); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = tr.pub.Close(context.Background()) })
+	return tr
+}
+
 // consumeAll runs a consumer of the mem queue "orders" until n deliveries
 // were handled by h, then closes it.
 func consumeAll(t *testing.T, broker *mem.Broker, tp trace.TracerProvider, n int, h dedupq.Handler) {
@@ -62,14 +86,8 @@ func TestPublishBatchSpans(t *testing.T) {
 	for _, noCreate := range []bool{false, true} {
 		t.Run("NoCreateSpans="+strconv.FormatBool(noCreate), func(t *testing.T) {
 			ctx := context.Background()
-			rec := tracetest.NewSpanRecorder()
-			tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec))
-			broker := mem.NewBroker(mem.Options{DedupWindow: 2 * time.Minute})
-			pub, err := dedupq.NewPublisher(ctx, broker.Topic("orders"), dedupq.PublisherOptions{TracerProvider: tp, NoCreateSpans: noCreate})
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer pub.Close(ctx)
+			tr := newTraced(t, dedupq.PublisherOptions{NoCreateSpans: noCreate})
+			rec, tp, broker, pub := tr.rec, tr.tp, tr.broker, tr.pub
 			callerCtx, caller := tp.Tracer("test").Start(ctx, "caller")
 			ids := []string{"a", "b", "c"}
 			var msgs []*dedupq.Message
@@ -155,15 +173,9 @@ func TestPublishBatchSpans(t *testing.T) {
 // span end it failed, with error.type, as does the send span.
 func TestPublishBatchSpansOfARefusedBatch(t *testing.T) {
 	ctx := context.Background()
-	rec := tracetest.NewSpanRecorder()
-	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec))
-	broker := mem.NewBroker(mem.Options{DedupWindow: 2 * time.Minute})
-	pub, err := dedupq.NewPublisher(ctx, broker.Topic("orders"), dedupq.PublisherOptions{TracerProvider: tp})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer pub.Close(ctx)
-	_, err = pub.PublishBatch(ctx, []*dedupq.Message{{ID: "a"}, {ID: "b", Attributes: map[string]string{"dedupq-x": "reserved"}}})
+	tr := newTraced(t, dedupq.PublisherOptions{})
+	rec, pub := tr.rec, tr.pub
+	_, err := pub.PublishBatch(ctx, []*dedupq.Message{{ID: "a"}, {ID: "b", Attributes: map[string]string{"dedupq-x": "reserved"}}})
 	if err == nil {
 		t.Fatal("a batch with a reserved attribute name was published")
 	}
@@ -195,14 +207,8 @@ func TestPublishBatchSpansOfARefusedBatch(t *testing.T) {
 // A handler's failure marks its process span with error.type.
 func TestPublishSpanAndFailedProcessSpan(t *testing.T) {
 	ctx := context.Background()
-	rec := tracetest.NewSpanRecorder()
-	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec))
-	broker := mem.NewBroker(mem.Options{DedupWindow: 2 * time.Minute})
-	pub, err := dedupq.NewPublisher(ctx, broker.Topic("orders"), dedupq.PublisherOptions{TracerProvider: tp})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer pub.Close(ctx)
+	tr := newTraced(t, dedupq.PublisherOptions{})
+	rec, tp, broker, pub := tr.rec, tr.tp, tr.broker, tr.pub
 	if _, err := pub.Publish(ctx, &dedupq.Message{ID: "a"}); err != nil {
 		t.Fatal(err)
 	}

@@ -198,18 +198,11 @@ func TestOneSpanPerDeliveryByDefault(t *testing.T) {
 	for _, handlerSpan := range []bool{false, true} {
 		t.Run("HandlerSpan="+strconv.FormatBool(handlerSpan), func(t *testing.T) {
 			ctx := context.Background()
-			rec := tracetest.NewSpanRecorder()
-			tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec))
-			broker := mem.NewBroker(mem.Options{DedupWindow: 2 * time.Minute})
-			pub, err := dedupq.NewPublisher(ctx, broker.Topic("q"), dedupq.PublisherOptions{TracerProvider: tp})
-			if err != nil {
+			tr := newTraced(t, dedupq.PublisherOptions{})
+			if _, err := tr.pub.Publish(ctx, &dedupq.Message{ID: "a"}); err != nil {
 				t.Fatal(err)
 			}
-			defer pub.Close(ctx)
-			if _, err := pub.Publish(ctx, &dedupq.Message{ID: "a"}); err != nil {
-				t.Fatal(err)
-			}
-			con, err := dedupq.NewConsumer(ctx, broker.Subscription("q"), dedupq.ConsumerOptions{TracerProvider: tp, HandlerSpan: handlerSpan})
+			con, err := dedupq.NewConsumer(ctx, tr.broker.Subscription("orders"), dedupq.ConsumerOptions{TracerProvider: tr.tp, HandlerSpan: handlerSpan})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -234,16 +227,16 @@ func TestOneSpanPerDeliveryByDefault(t *testing.T) {
 			}
 			_ = con.Close(ctx)
 			var process, handler sdktrace.ReadOnlySpan
-			for _, s := range rec.Ended() {
+			for _, s := range tr.rec.Ended() {
 				switch s.Name() {
-				case "process q":
+				case "process orders":
 					process = s
 				case "dedupq.handler":
 					handler = s
 				}
 			}
 			if process == nil {
-				t.Fatalf("no process span in %v", rec.Ended())
+				t.Fatalf("no process span in %v", tr.rec.Ended())
 			}
 			want := process.SpanContext().SpanID()
 			if handlerSpan {

@@ -228,22 +228,15 @@ func TestMetricsScriptedRun(t *testing.T) {
 // see the trace attributes.
 func TestTracePropagatesThroughMem(t *testing.T) {
 	ctx := context.Background()
-	rec := tracetest.NewSpanRecorder()
-	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec))
-	broker := mem.NewBroker(mem.Options{DedupWindow: 2 * time.Minute})
-	pub, err := dedupq.NewPublisher(ctx, broker.Topic("orders"), dedupq.PublisherOptions{TracerProvider: tp})
+	tr := newTraced(t, dedupq.PublisherOptions{})
+	if _, err := tr.pub.Publish(ctx, &dedupq.Message{ID: "a", Attributes: map[string]string{"k": "v"}}); err != nil {
+		t.Fatal(err)
+	}
+	con, err := dedupq.NewConsumer(ctx, tr.broker.Subscription("orders"), dedupq.ConsumerOptions{TracerProvider: tr.tp, HandlerSpan: true})
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer pub.Close(ctx)
-	if _, err := pub.Publish(ctx, &dedupq.Message{ID: "a", Attributes: map[string]string{"k": "v"}}); err != nil {
-		t.Fatal(err)
-	}
-	con, err := dedupq.NewConsumer(ctx, broker.Subscription("orders"), dedupq.ConsumerOptions{TracerProvider: tp, HandlerSpan: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	assertTraceCrosses(t, ctx, con, rec)
+	assertTraceCrosses(t, ctx, con, tr.rec)
 }
 
 // assertTraceCrosses runs con until one delivery is handled and checks
