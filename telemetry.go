@@ -367,11 +367,10 @@ func newPubTelemetry(opts PublisherOptions, backend string, dest driver.Destinat
 }
 
 // newConTelemetry makes the instruments of a consumer reading the broker
-// window w with redelivery policy r (ordered: a subscription that keeps
-// a group's order) from dest. Its gauges report what the
-// startup check compares: the span opts.plan asks the dedup TTL to cover
-// and, with a Deduplicator, that TTL, so that a dashboard shows the
-// margin.
+// window w with redelivery policy r (ordered: a subscription that keeps a
+// group's order) from dest. Its gauges report what the startup check
+// compares: the span opts.plan asks the dedup TTL to cover and, with a
+// Deduplicator, that TTL, so that a dashboard shows the margin.
 func newConTelemetry(opts ConsumerOptions, w window.Window, r window.RedeliveryPolicy, ordered bool, dest driver.Destination) *conTelemetry {
 	base := baseAttrs(messagingSystem(w.Backend), dest)
 	t := &conTelemetry{base: attribute.NewSet(base...)}
