@@ -14,7 +14,6 @@ import (
 	"github.com/dedupq/dedupq/driver"
 	"github.com/dedupq/dedupq/internal/settlectx"
 	"github.com/dedupq/dedupq/window"
-	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/trace"
 )
@@ -248,7 +247,7 @@ func NewConsumer(ctx context.Context, sub driver.Subscription, opts ConsumerOpti
 	if opts.Dedup != nil {
 		c.claims.DedupTTL = opts.Dedup.TTL()
 	}
-	c.tel = newConTelemetry(opts, w, r, opts.Ordered)
+	c.tel = newConTelemetry(opts, w, r, opts.Ordered, destinationOf(sub))
 	return c, nil
 }
 
@@ -577,7 +576,7 @@ func (c *Consumer) handle(p *pipeline, w *worker, j job) error {
 	}
 	lease.stop()
 	if err != nil {
-		span.SetStatus(codes.Error, err.Error())
+		failed(span, err)
 	}
 	if p.settles == nil {
 		c.settleDelivery(ctx, p, w, &in.sctx, d, err)
