@@ -291,7 +291,7 @@ func (c *Consumer) Run(ctx context.Context, h Handler) error {
 
 	p := &pipeline{slots: make(chan struct{}, c.opts.Concurrency), h: h}
 	if c.ordersGroups {
-		p.groups = &groupDispatch{active: map[string][]job{}}
+		p.groups = newGroupDispatch()
 	}
 	workers := c.opts.Concurrency
 	if c.opts.Dedup != nil {
@@ -327,7 +327,7 @@ func (c *Consumer) Run(ctx context.Context, h Handler) error {
 					var err error
 					if c.tooLate(j) {
 						err = errTooLate
-						c.giveBack(p, j, err)
+						c.giveBack(p, j, err, 0)
 					} else {
 						err = c.handle(p, w, j)
 					}
@@ -359,7 +359,9 @@ func (c *Consumer) Run(ctx context.Context, h Handler) error {
 		// The whole receive is admitted before any of it starts: a head
 		// that finished before the ones behind it were queued would let
 		// them run as a new group's.
-		for _, j := range p.groups.admitAll(jobs) {
+		run, back := p.groups.admitAll(jobs, received)
+		c.giveBackAll(p, back)
+		for _, j := range run {
 			work <- j
 		}
 	})
@@ -683,20 +685,12 @@ func (c *Consumer) settleDelivery(ctx context.Context, p *pipeline, w *worker, s
 	case IsPermanent(err):
 		what = "terminate"
 	default:
-		what, delay = "nack", c.redelivery.BackoffBefore(d.Attempt+1)
-		var ra *RetryAfterError
-		if errors.As(err, &ra) {
-			delay = ra.Delay
-		}
+		what, delay = "nack", c.nackDelay(p, d, err)
 	}
-	if what == "nack" && p.holder != nil {
-		hold := min(delay, p.holder.MaxNackHold(d))
-		if hold > 0 {
-			c.failures.failed(ctx, d, err, "nack, held "+window.FormatDuration(hold)+" first")
-			c.hold(ctx, p, d, err, hold, w.lease.renewed)
-			return
-		}
-		delay = 0
+	if what == "nack" && p.holder != nil && delay > 0 {
+		c.failures.failed(ctx, d, err, "nack, held "+window.FormatDuration(delay)+" first")
+		c.hold(ctx, p, d, err, delay, w.lease.renewed)
+		return
 	}
 	switch what {
 	case "terminate":

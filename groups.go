@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"time"
 
 	"github.com/dedupq/dedupq/driver"
 	"github.com/dedupq/dedupq/internal/settlectx"
@@ -20,43 +21,94 @@ var ErrOrderingUnsupported = errors.New("dedupq: the subscription cannot keep th
 // hands the group out again from the failed one, in order.
 var errGroupHeadFailed = errors.New("dedupq: an earlier message of its group failed; given back to be redelivered after it")
 
+// errGroupBlocked is the cause of the nack of a delivery of a group whose
+// earlier message was given back and has not come again yet: run now, it
+// would overtake that one.
+var errGroupBlocked = errors.New("dedupq: an earlier message of its group was given back and has not come again; given back to come after it")
+
 // errTooLate is the cause of the nack of a delivery given back unhandled
 // because it waited (behind its group's head, or in the driver's client)
 // past its claim deadline: started now, it could claim its key later than
 // the startup check counts.
 var errTooLate = errors.New("dedupq: waited past its claim deadline before it could start; given back")
 
+// blockSlack is added to the delay of a delivery given back while its
+// group waits for an earlier one to come again: due after the earlier
+// one, never at the same instant, and never in a tight loop while the
+// broker is late with the earlier one (each give-back costs the delivery
+// an attempt on most brokers).
+const blockSlack = 250 * time.Millisecond
+
 // groupDispatch runs the deliveries of one group key one at a time, in the
 // order the broker handed them out, for a driver whose broker keeps that
-// order (driver.GroupOrderer): a receive can return several messages of
-// one group (SQS FIFO returns up to ten), which free workers would
-// otherwise run at once.
+// order (driver.GroupOrderer). A receive can return several messages of
+// one group (SQS FIFO returns up to ten; JetStream and Pub/Sub stream a
+// group's later messages while an earlier one runs), which free workers
+// would otherwise run at once.
 //
 // A delivery whose group has one running waits here, holding its handler
 // slot (so a receive never outruns Concurrency), until the one before it
 // has been settled. If that one succeeded or was terminated, the waiting
-// one runs next on the same worker; if it failed, every delivery waiting
-// behind it is given back unhandled (a nack), to come back after it. A
-// waiting delivery runs only before its claim deadline
-// (window.ConsumerPlan.ClaimDeadline: it holds no claim, and its lease is
-// not renewed while it waits); past it, it and every one behind it are
-// given back. So a stuck group holds its slots for at most one claim
-// deadline, and the startup check's model holds for every delivery.
+// one runs next on the same worker. If it failed, it is nacked with its
+// redelivery delay, every delivery waiting behind it is given back
+// (nacked, or held by the Consumer for a driver.NackHolder) with the same
+// delay, and the group is blocked: every later delivery of the group that
+// arrives before the failed one comes again is given back too, due after
+// it, so that no broker that goes on streaming a group can make a later
+// message overtake an earlier one's redelivery. A waiting delivery runs
+// only before its claim deadline (window.ConsumerPlan.ClaimDeadline: it
+// holds no claim, and its lease is not renewed while it waits); past it,
+// it and every one behind it are given back and the group blocked on it.
+// So a stuck group holds its slots for at most one claim deadline, and the
+// startup check's model holds for every delivery.
 type groupDispatch struct {
-	mu     sync.Mutex
-	active map[string][]job // a group with a delivery running → those waiting behind it
+	mu      sync.Mutex
+	active  map[string][]job        // a group with a delivery running → those waiting behind it
+	blocked map[string]blockedGroup // a group idle until a given-back delivery comes again
+	swept   time.Time               // when blocked was last rid of expired entries
+}
+
+// blockedGroup is a group waiting for its given-back delivery id.
+type blockedGroup struct {
+	id string
+	// due is when the broker hands id out again at the earliest; until is
+	// when the group is let go without it (the broker redelivered it
+	// elsewhere, or dropped it).
+	due, until time.Time
+}
+
+// giveBackJob is a delivery admit refused, and the delay it is given
+// back with.
+type giveBackJob struct {
+	j     job
+	delay time.Duration
+}
+
+func newGroupDispatch() *groupDispatch {
+	return &groupDispatch{active: map[string][]job{}, blocked: map[string]blockedGroup{}}
 }
 
 // admitAll queues each of jobs (one receive's, in the broker's order)
 // behind its group's running delivery, if its group has one, and returns
-// those that may run now, in place.
-func (g *groupDispatch) admitAll(jobs []job) []job {
+// those that may run now, in place, and those to give back: the ones of a
+// blocked group, other than the delivery it waits for.
+func (g *groupDispatch) admitAll(jobs []job, now time.Time) (run []job, back []giveBackJob) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	run := jobs[:0]
+	g.sweep(now)
+	run = jobs[:0]
 	for _, j := range jobs {
 		key := j.d.Message.GroupKey
 		if key != "" {
+			if b, ok := g.blocked[key]; ok {
+				switch {
+				case !now.Before(b.until), j.d.Message.ID == b.id:
+					delete(g.blocked, key)
+				default:
+					back = append(back, giveBackJob{j, max(b.due.Sub(now), 0) + blockSlack})
+					continue
+				}
+			}
 			if waiting, ok := g.active[key]; ok {
 				g.active[key] = append(waiting, j)
 				continue
@@ -65,51 +117,110 @@ func (g *groupDispatch) admitAll(jobs []job) []job {
 		}
 		run = append(run, j)
 	}
-	return run
+	return run, back
 }
 
-// next is called once j, which ran, is settled with its handler's result
-// err. It returns the delivery of j's group to run next, or false, in
-// which case the group is idle again and what waited behind j (if
-// anything) has been returned in giveBack with the reason.
+// sweepEvery is how often admitAll forgets blocks that expired without
+// an arrival of their group.
+const sweepEvery = time.Minute
+
+func (g *groupDispatch) sweep(now time.Time) {
+	if len(g.blocked) == 0 || now.Sub(g.swept) < sweepEvery {
+		return
+	}
+	g.swept = now
+	for key, b := range g.blocked {
+		if !now.Before(b.until) {
+			delete(g.blocked, key)
+		}
+	}
+}
+
+// next is called once j, which ran (or was given back as too late, err
+// errTooLate), is settled with its handler's result err. It returns the
+// delivery of j's group to run next, or false, in which case the group is
+// idle again, or blocked, and what waited behind j (if anything) has been
+// given back with the reason.
 func (g *groupDispatch) next(c *Consumer, p *pipeline, j job, err error) (job, bool) {
 	key := j.d.Message.GroupKey
 	if key == "" {
 		return job{}, false
 	}
+	now := c.clock.Now()
 	g.mu.Lock()
 	waiting := g.active[key]
 	var why error
+	var delay time.Duration
+	// head is the delivery the group waits for once it is given back.
+	head := j
 	switch {
-	case len(waiting) == 0:
 	case err != nil && !IsPermanent(err):
 		why = errGroupHeadFailed
+		if !errors.Is(err, errTooLate) {
+			delay = c.nackDelay(p, j.d, err)
+		}
+	case len(waiting) == 0:
 	case isDone(p.released):
 		why = ErrClosed
-	case !c.clock.Now().Before(c.claims.ClaimDeadline(waiting[0].received, waiting[0].d.Lease)):
-		why = errTooLate
+	case !now.Before(c.claims.ClaimDeadline(waiting[0].received, waiting[0].d.Lease)):
+		why, head = errTooLate, waiting[0]
 	default:
 		g.active[key] = waiting[1:]
 		g.mu.Unlock()
 		return waiting[0], true
 	}
 	delete(g.active, key)
+	if why != nil && why != ErrClosed {
+		g.blocked[key] = blockedGroup{id: head.d.Message.ID, due: now.Add(delay),
+			until: now.Add(delay + max(head.d.Lease, c.redelivery.AckWait, time.Second))}
+	}
 	g.mu.Unlock()
 	for _, w := range waiting {
-		c.giveBack(p, w, why)
+		c.giveBack(p, w, why, delay)
 	}
 	return job{}, false
 }
 
-// giveBack returns j, which waited behind its group's head, to the broker
-// unhandled (a nack with no delay: the broker hands the group out again
-// in order), and frees its handler slot.
-func (c *Consumer) giveBack(p *pipeline, j job, why error) {
+// nackDelay is how long d, failed with err, is kept from redelivery: the
+// redelivery policy's backoff or the handler's RetryAfterError, capped by
+// what a driver.NackHolder can hold.
+func (c *Consumer) nackDelay(p *pipeline, d *driver.Delivery, err error) time.Duration {
+	delay := c.redelivery.BackoffBefore(d.Attempt + 1)
+	var ra *RetryAfterError
+	if errors.As(err, &ra) {
+		delay = ra.Delay
+	}
+	if p.holder != nil {
+		delay = max(min(delay, p.holder.MaxNackHold(d)), 0)
+	}
+	return delay
+}
+
+// giveBack returns j, which did not run, to the broker unhandled after
+// delay (a nack, or a hold first for a driver.NackHolder), and frees its
+// handler slot.
+func (c *Consumer) giveBack(p *pipeline, j job, why error, delay time.Duration) {
 	c.stats.received.Add(1)
-	sctx := settlectx.New(context.Background(), c.opts.SettleTimeout)
-	c.finishSettle(context.Background(), sctx, "nack", j.d, why, 0)
-	sctx.Release()
+	if delay > 0 && p.holder != nil {
+		c.hold(context.Background(), p, j.d, why, delay, j.received)
+	} else {
+		sctx := settlectx.New(context.Background(), c.opts.SettleTimeout)
+		c.finishSettle(context.Background(), sctx, "nack", j.d, why, delay)
+		sctx.Release()
+	}
 	<-p.slots
+}
+
+// giveBackAll gives back, off the receive loop, the deliveries admitAll
+// refused; the Run waits for them (p.holds) before it closes the driver.
+func (c *Consumer) giveBackAll(p *pipeline, back []giveBackJob) {
+	for _, b := range back {
+		p.holds.Add(1)
+		go func() {
+			defer p.holds.Done()
+			c.giveBack(p, b.j, errGroupBlocked, b.delay)
+		}()
+	}
 }
 
 // ordersGroups reports whether sub keeps the order of a group key: false

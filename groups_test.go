@@ -54,6 +54,12 @@ func (s *orderedSub) pushBatch(ids ...string) {
 	s.batches <- ds
 }
 
+// pushAgain makes one receive return a redelivery of id.
+func (s *orderedSub) pushAgain(id string, attempt int) {
+	group, _, _ := strings.Cut(id, "-")
+	s.batches <- []*driver.Delivery{{Message: driver.Message{ID: id, GroupKey: group}, Attempt: attempt, BackendID: "b-" + id}}
+}
+
 // newOrderedConsumer is a Consumer with opts on a fresh orderedSub.
 func newOrderedConsumer(t *testing.T, opts ConsumerOptions) (*orderedSub, *Consumer) {
 	t.Helper()
@@ -126,7 +132,7 @@ func TestGroupRunsInOrderBesideOtherGroups(t *testing.T) {
 }
 
 // When a group's head fails, the deliveries behind it are given back
-// unhandled, to come again after it.
+// unhandled with the head's delay, to come again after it.
 func TestGroupHeadFailureGivesBackTheRest(t *testing.T) {
 	sub, c := newOrderedConsumer(t, ConsumerOptions{Concurrency: 4})
 	var tr runLog
@@ -143,7 +149,7 @@ func TestGroupHeadFailureGivesBackTheRest(t *testing.T) {
 	if got := tr.get(); slices.Contains(got, "start a-2") || slices.Contains(got, "start a-3") {
 		t.Errorf("ran %q: a delivery behind a failed head ran", got)
 	}
-	for id, want := range map[string]string{"a-1": "nack 7s", "a-2": "nack 0s", "a-3": "nack 0s", "b-1": "ack"} {
+	for id, want := range map[string]string{"a-1": "nack 7s", "a-2": "nack 7s", "a-3": "nack 7s", "b-1": "ack"} {
 		if got := sub.get(id); got != want {
 			t.Errorf("%s settled %q, want %q", id, got, want)
 		}
@@ -153,9 +159,67 @@ func TestGroupHeadFailureGivesBackTheRest(t *testing.T) {
 	}
 }
 
+// A broker that goes on streaming a group after its head failed (Pub/Sub,
+// JetStream) cannot make a later message overtake the head's redelivery:
+// every later arrival is given back, due after the head, until the head
+// comes again; then the group runs in order again.
+func TestGroupBlockedUntilItsFailedHeadComesAgain(t *testing.T) {
+	fake := clock.NewFake(time.Unix(0, 0))
+	sub, c := newOrderedConsumer(t, ConsumerOptions{Concurrency: 4, Clock: fake})
+	var tr runLog
+	stop := runConsumer(t, c, func(_ context.Context, d *Delivery) error {
+		tr.add(fmt.Sprintf("start %s #%d", d.Message.ID, d.Attempt))
+		if d.Message.ID == "a-1" && d.Attempt == 1 {
+			return errors.New("failed")
+		}
+		return nil
+	})
+	defer stop()
+	sub.pushBatch("a-1")
+	testutil.WaitFor(t, func() bool { return sub.get("a-1") != "" })
+	fake.Advance(2 * time.Second)
+	sub.pushBatch("a-2", "b-1")
+	testutil.WaitFor(t, func() bool { return sub.get("a-2") != "" && sub.get("b-1") != "" })
+	if got := sub.get("a-2"); got != "nack 5.25s" {
+		t.Errorf("a-2, arriving 2s after a-1 failed with a 7s backoff, settled %q, want given back due after a-1 (nack 5.25s)", got)
+	}
+	fake.Advance(5 * time.Second)
+	sub.pushAgain("a-1", 2)
+	testutil.WaitFor(t, func() bool { return sub.get("a-1") == "ack" })
+	sub.pushAgain("a-2", 2)
+	testutil.WaitFor(t, func() bool { return sub.get("a-2") == "ack" })
+	want := []string{"start a-1 #1", "start b-1 #1", "start a-1 #2", "start a-2 #2"}
+	if got := tr.get(); !slices.Equal(got, want) {
+		t.Errorf("ran %q, want %q", got, want)
+	}
+}
+
+// A group whose given-back delivery does not come again (the broker
+// dropped it, or handed it to another consumer) is let go once its lease
+// has passed after it was due.
+func TestGroupBlockEndsWithoutItsHead(t *testing.T) {
+	fake := clock.NewFake(time.Unix(0, 0))
+	sub, c := newOrderedConsumer(t, ConsumerOptions{Concurrency: 4, Clock: fake})
+	var tr runLog
+	stop := runConsumer(t, c, func(_ context.Context, d *Delivery) error {
+		tr.add("start " + d.Message.ID)
+		if d.Message.ID == "a-1" {
+			return errors.New("failed")
+		}
+		return nil
+	})
+	defer stop()
+	sub.pushBatch("a-1")
+	testutil.WaitFor(t, func() bool { return sub.get("a-1") != "" })
+	fake.Advance(7*time.Second + 30*time.Second) // the backoff, then the ack wait
+	sub.pushBatch("a-2")
+	testutil.WaitFor(t, func() bool { return sub.get("a-2") == "ack" })
+}
+
 // A delivery that waited behind its group's head past its claim deadline
 // (the ack wait, 30s here) is given back with those behind it: started
-// then, it would claim its key later than the startup check counts.
+// then, it would claim its key later than the startup check counts. The
+// group then waits for it to come again.
 func TestGroupFollowerPastItsClaimDeadlineIsGivenBack(t *testing.T) {
 	fake := clock.NewFake(time.Unix(0, 0))
 	sub, c := newOrderedConsumer(t, ConsumerOptions{Concurrency: 4, Clock: fake})
@@ -182,6 +246,14 @@ func TestGroupFollowerPastItsClaimDeadlineIsGivenBack(t *testing.T) {
 			t.Errorf("%s settled %q, want %q", id, got, want)
 		}
 	}
+	// The group now waits for a-2: a later one arriving first goes back.
+	sub.pushBatch("a-4")
+	testutil.WaitFor(t, func() bool { return sub.get("a-4") != "" })
+	if got := sub.get("a-4"); got != "nack 250ms" {
+		t.Errorf("a-4, arriving before the given-back a-2, settled %q, want given back (nack 250ms)", got)
+	}
+	sub.pushAgain("a-2", 2)
+	testutil.WaitFor(t, func() bool { return sub.get("a-2") == "ack" })
 }
 
 // The deliveries waiting behind a group's head when the Run stops are

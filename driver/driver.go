@@ -225,12 +225,20 @@ type NackHolder interface {
 }
 
 // GroupOrderer is implemented by a Subscription whose broker keeps the
-// messages of one GroupKey in publish order and hands out none of a group
-// while an earlier one of it is in flight (SQS FIFO's message groups, the
-// in-memory broker), though one receive may return several of a group at
-// once. The portable layer then runs a group's deliveries one at a time,
-// in the order received, and gives back those behind a failed one (a nack
-// with no delay) for the broker to hand out again after it.
+// messages of one GroupKey in publish order (SQS FIFO message groups,
+// Service Bus sessions, Pub/Sub ordering keys, a pinned JetStream consumer,
+// the in-memory broker). The portable layer relies on three things only:
+// Receive returns a group's deliveries in the group's order (it may return
+// several of a group at once, and later ones while an earlier one is still
+// being handled); one group is handed to one consumer at a time, until it
+// dies or lets the group go, and the next owner gets the unsettled ones
+// again before later ones; and a nacked delivery comes again, after its
+// delay, before any later message of its group not yet handed out. It then
+// runs a group's deliveries one at a time, in the order received; when one
+// fails it gives back (nacks) those behind it with the same delay, and any
+// later one of the group that arrives before the failed one comes again,
+// so that a broker that streams a group cannot let a later message
+// overtake an earlier one's redelivery. A driver orders nothing itself.
 type GroupOrderer interface {
 	// OrdersGroups reports nil when this subscription keeps a group's
 	// order, else why not and what would (an entity created without
