@@ -151,18 +151,30 @@ func (s server) options() *dpubsub.Options {
 	return &dpubsub.Options{AckExtension: max(s.minAckDeadline, 2*time.Second), PublishTimeout: 10 * time.Second}
 }
 
-type harness struct{ srv server }
+// harness opens fresh subscriptions on srv; ordered ones have message
+// ordering and exactly-once delivery, and the suite's consumers then ask
+// for ConsumerOptions.Ordered.
+type harness struct {
+	srv     server
+	ordered bool
+}
 
-func (harness) Capabilities() adaptertest.Capabilities {
-	return adaptertest.Capabilities{WaitTimeout: 15 * time.Second}
+func (h harness) Capabilities() adaptertest.Capabilities {
+	return adaptertest.Capabilities{WaitTimeout: 15 * time.Second, OrdersGroups: h.ordered}
 }
 
 func (h harness) Open(ctx context.Context, t *testing.T, cfg adaptertest.Config) adaptertest.Entity {
 	if cfg.Restartable && h.srv.name == "pstest" {
-		return openRestartable(ctx, t, cfg)
+		return openRestartable(ctx, t, cfg, h.ordered)
 	}
 	c := h.srv.client(t)
-	f := h.srv.create(ctx, t, c, subConfig{ackDeadline: cfg.AckWait, maxDeliveries: cfg.MaxDeliveries})
+	sc := subConfig{ackDeadline: cfg.AckWait, maxDeliveries: cfg.MaxDeliveries}
+	if h.ordered {
+		// No dead-letter policy: neither server dead-letters a message of
+		// an ordered subscription as Pub/Sub does (see the file comment).
+		sc.ordering, sc.exactlyOnce, sc.maxDeliveries = true, true, 0
+	}
+	f := h.srv.create(ctx, t, c, sc)
 	tp, err := dpubsub.OpenTopic(ctx, c, f.topic, h.srv.options())
 	if err != nil {
 		t.Fatalf("OpenTopic: %v", err)
@@ -185,15 +197,18 @@ func (h harness) Open(ctx context.Context, t *testing.T, cfg adaptertest.Config)
 
 func TestConformance(t *testing.T) {
 	tests := []struct {
-		name string
-		srv  func(testing.TB) server
+		name    string
+		srv     func(testing.TB) server
+		ordered bool
 	}{
-		{"pstest", func(testing.TB) server { return pstestServer() }},
-		{"emulator", emulatorServer},
+		{"pstest", func(testing.TB) server { return pstestServer() }, false},
+		{"pstest/ordered", func(testing.TB) server { return pstestServer() }, true},
+		{"emulator", emulatorServer, false},
+		{"emulator/ordered", emulatorServer, true},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			adaptertest.Run(t, harness{srv: tc.srv(t)})
+			adaptertest.Run(t, harness{srv: tc.srv(t), ordered: tc.ordered})
 		})
 	}
 }
@@ -201,7 +216,7 @@ func TestConformance(t *testing.T) {
 // openRestartable opens a topic and a subscription with a dead-letter
 // policy on a private pstest child that the Restart check may stop and
 // start again.
-func openRestartable(ctx context.Context, t *testing.T, cfg adaptertest.Config) adaptertest.Entity {
+func openRestartable(ctx context.Context, t *testing.T, cfg adaptertest.Config, ordered bool) adaptertest.Entity {
 	port, err := freePort()
 	if err != nil {
 		t.Fatal(err)
@@ -219,7 +234,9 @@ func openRestartable(ctx context.Context, t *testing.T, cfg adaptertest.Config) 
 			// Redelivery is bounded by the retention, not by the
 			// attempts: the shortest Pub/Sub takes keeps the span within
 			// the check's dedup TTL.
-			MessageRetentionDuration: durationpb.New(10 * time.Minute),
+			MessageRetentionDuration:  durationpb.New(10 * time.Minute),
+			EnableMessageOrdering:     ordered,
+			EnableExactlyOnceDelivery: ordered,
 		},
 	} {
 		b, err := protojson.Marshal(sub)

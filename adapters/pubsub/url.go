@@ -129,8 +129,8 @@ var (
 	resourceRE  = regexp.MustCompile(`^[A-Za-z][A-Za-z0-9._~+%-]{2,254}$`)
 	knownParams = []string{"emulator", "publish_timeout", "ack_wait", "max_extension", "max_outstanding",
 		"create", "topic", "ordering", "exactly_once", "retention"}
-	emuHostRE   = regexp.MustCompile(`^[A-Za-z0-9.-]+$|^[0-9A-Fa-f:.]+$`)
-	portRE      = regexp.MustCompile(`^[0-9]{1,5}$`)
+	emuHostRE = regexp.MustCompile(`^[A-Za-z0-9.-]+$|^[0-9A-Fa-f:.]+$`)
+	portRE    = regexp.MustCompile(`^[0-9]{1,5}$`)
 
 	credentialHint = "they come from the standard Google chain (GOOGLE_APPLICATION_CREDENTIALS, gcloud, metadata server)"
 )
