@@ -145,7 +145,7 @@ func (l *groupLog) wait(t *testing.T, keys []string, n int, within time.Duration
 		for _, k := range keys {
 			all = all && l.done[k] >= n
 		}
-		changed, done := l.changed, fmt.Sprint(l.done)
+		changed, done, violations := l.changed, fmt.Sprint(l.done), strings.Join(l.violations, "; ")
 		l.mu.Unlock()
 		if all {
 			return
@@ -153,7 +153,7 @@ func (l *groupLog) wait(t *testing.T, keys []string, n int, within time.Duration
 		select {
 		case <-changed:
 		case <-deadline.C:
-			t.Fatalf("keys handled up to %s after %s; want %d each", done, within, n)
+			t.Fatalf("keys handled up to %s after %s; want %d each (violations: %s)", done, within, n, violations)
 		}
 	}
 }
