@@ -42,8 +42,9 @@ package pubsub_test
 // connection (as Pub/Sub never loses a subscription to a restart), but has
 // no messages, so the check restarts only once everything published so
 // far was handled (Restarter.Forgets). What it proves is the outage: a
-// publisher retrying through it and a consumer waiting it out. Under
-// "emulator" the check is skipped: the Java emulator takes seconds to
+// publisher retrying through it and a consumer waiting it out; the
+// ordered run leaves it to the plain one. Under "emulator" the check is
+// skipped: the Java emulator takes seconds to
 // start and loses its state the same way, so it would prove nothing more.
 
 import (
