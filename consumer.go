@@ -55,6 +55,17 @@ type ConsumerOptions struct {
 	// entity an ack wait at least twice what the messages of a group that
 	// one receive returns (up to ten on SQS) take to run in turn.
 	Ordered bool
+	// GroupBacklog bounds how many messages of one group can be published
+	// within PublisherSpan, for an Ordered consumer: a resent copy of a message waits behind
+	// them and behind the first copy, each of which can hold the group for
+	// its whole redelivery span, so the dedup TTL must cover that too
+	// (package window, "Ordered groups"). It counts only when
+	// PublisherSpan does not fit the broker window; there, zero means no
+	// bound, which no TTL covers: NewConsumer refuses, and says how many
+	// the TTL would cover. (An SQS FIFO queue holds a group back behind
+	// its head whether or not the consumer asks for order: set Ordered
+	// there to have the check count it.)
+	GroupBacklog int
 	// Dedup, when set, wraps the handler in consumer-side deduplication.
 	// NewConsumer checks that its TTL covers the broker's redelivery span,
 	// plus all of PublisherSpan when that does not fit the broker window.
@@ -156,10 +167,12 @@ type activeRun struct {
 
 // plan is what the consumer's startup check (and Inspect) compares, for a
 // dedup store remembering keys for ttl.
-func (opts ConsumerOptions) plan(ttl time.Duration, w window.Window, r window.RedeliveryPolicy) window.ConsumerPlan {
+// ordered says whether the subscription keeps a group's order.
+func (opts ConsumerOptions) plan(ttl time.Duration, w window.Window, r window.RedeliveryPolicy, ordered bool) window.ConsumerPlan {
 	return window.ConsumerPlan{
 		Redelivery: r, Window: w, DedupTTL: ttl,
 		PublisherSpan: opts.PublisherSpan, Margin: opts.Margin,
+		Ordered: ordered, GroupBacklog: opts.GroupBacklog,
 	}
 }
 
@@ -195,7 +208,7 @@ func NewConsumer(ctx context.Context, sub driver.Subscription, opts ConsumerOpti
 		if opts.Dedup == nil {
 			return nil
 		}
-		if err := window.CheckConsumer(opts.plan(opts.Dedup.TTL(), w, r)); err != nil {
+		if err := window.CheckConsumer(opts.plan(opts.Dedup.TTL(), w, r, opts.Ordered)); err != nil {
 			return err
 		}
 		if storeChecked {
@@ -231,11 +244,11 @@ func NewConsumer(ctx context.Context, sub driver.Subscription, opts ConsumerOpti
 	c := &Consumer{sub: sub, opts: opts, clock: clock.Or(opts.Clock), log: log, win: w, redelivery: r}
 	c.ordersGroups = orders
 	c.failures = failureLog{log: log, clock: c.clock, kinds: map[string]*failureKind{}}
-	c.claims = opts.plan(0, w, r)
+	c.claims = opts.plan(0, w, r, opts.Ordered)
 	if opts.Dedup != nil {
 		c.claims.DedupTTL = opts.Dedup.TTL()
 	}
-	c.tel = newConTelemetry(opts, w, r)
+	c.tel = newConTelemetry(opts, w, r, opts.Ordered)
 	return c, nil
 }
 

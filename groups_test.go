@@ -16,6 +16,7 @@ import (
 	"github.com/dedupq/dedupq/clock"
 	"github.com/dedupq/dedupq/driver"
 	"github.com/dedupq/dedupq/internal/testutil"
+	"github.com/dedupq/dedupq/window"
 )
 
 // orderedSub is a chanSub whose broker orders groups, as SQS FIFO does,
@@ -316,3 +317,38 @@ var errNoSessions = errors.New("the queue was created without sessions; create i
 type refusingOrderSub struct{ *orderedSub }
 
 func (refusingOrderSub) OrdersGroups(context.Context) error { return errNoSessions }
+
+// An ordered consumer's check counts the head-of-line wait of a resent
+// copy (package window, "Ordered groups"): with the publishers' span
+// beyond the window, no TTL covers an undeclared GroupBacklog, and a
+// declared one needs max(P, R) + (B+1)·R. Unordered, the same TTL passes.
+func TestOrderedCheckCountsTheGroupBacklog(t *testing.T) {
+	// R = 5 × 30s + 7s × 4 = 2m58s; P = 2m beyond the 1m window.
+	const p = 2 * time.Minute
+	for _, tc := range []struct {
+		name    string
+		opts    ConsumerOptions
+		refused bool
+	}{
+		{"unordered", ConsumerOptions{PublisherSpan: p, Dedup: ttlOnly(10 * time.Minute)}, false},
+		{"ordered, no backlog declared", ConsumerOptions{Ordered: true, PublisherSpan: p, Dedup: ttlOnly(time.Hour)}, true},
+		// 2m58s + 3 × 2m58s = 11m52s, over 0.8 = 14m50s.
+		{"ordered, backlog 2, TTL short", ConsumerOptions{Ordered: true, GroupBacklog: 2, PublisherSpan: p, Dedup: ttlOnly(14 * time.Minute)}, true},
+		{"ordered, backlog 2, TTL covers it", ConsumerOptions{Ordered: true, GroupBacklog: 2, PublisherSpan: p, Dedup: ttlOnly(15 * time.Minute)}, false},
+		{"ordered, publisher span within the window", ConsumerOptions{Ordered: true, PublisherSpan: 30 * time.Second, Dedup: ttlOnly(4 * time.Minute)}, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c, err := NewConsumer(context.Background(), newOrderedSub(), tc.opts)
+			if tc.refused {
+				if !errors.Is(err, window.ErrUnsafeRetry) || !strings.Contains(err.Error(), "GroupBacklog") {
+					t.Fatalf("NewConsumer = %v, want an unsafe plan naming GroupBacklog", err)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatalf("NewConsumer = %v", err)
+			}
+			c.Close(context.Background())
+		})
+	}
+}

@@ -42,9 +42,18 @@ type Inspection struct {
 	ConsumerWindow window.Window
 	// Redelivery is the broker's redelivery policy for the subscription.
 	Redelivery window.RedeliveryPolicy
+	// Ordering is nil when the subscription keeps the order of a group
+	// key (an Ordered consumer may run on it, and for one the consumer
+	// check counts the head-of-line wait of package window's "Ordered
+	// groups"), else why not: what NewConsumer with ConsumerOptions.Ordered would
+	// refuse with (matching ErrOrderingUnsupported).
+	Ordering error
 	// Consumer is NewConsumer's window check's verdict (the dedup store
 	// itself is not contacted): nil when it passes.
 	Consumer error
+	// WorstCaseSpan is the span the consumer check asks the dedup TTL to
+	// cover, less the margin (window.ConsumerPlan.Span).
+	WorstCaseSpan time.Duration
 }
 
 // Inspect opens the backend named by rawURL as a topic and as a
@@ -90,7 +99,11 @@ func (m *URLMux) Inspect(ctx context.Context, rawURL string, opts InspectOptions
 	if in.Redelivery, err = sub.Redelivery(ctx); err != nil {
 		return nil, fmt.Errorf("dedupq: reading the redelivery policy: %w", err)
 	}
-	in.Consumer = window.CheckConsumer(opts.Consumer.plan(opts.DedupTTL, in.ConsumerWindow, in.Redelivery))
+	orders, oerr := ordersGroups(ctx, sub)
+	in.Ordering = s.err(oerr)
+	plan := opts.Consumer.plan(opts.DedupTTL, in.ConsumerWindow, in.Redelivery, orders && opts.Consumer.Ordered)
+	in.Consumer = window.CheckConsumer(plan)
+	in.WorstCaseSpan = plan.Span()
 	return in, nil
 }
 

@@ -290,7 +290,7 @@ func newPubTelemetry(mp metric.MeterProvider, tp trace.TracerProvider, system st
 // window w with redelivery policy r. Its gauges report what the startup
 // check compares: the span opts.plan asks the dedup TTL to cover and,
 // with a Deduplicator, that TTL, so that a dashboard shows the margin.
-func newConTelemetry(opts ConsumerOptions, w window.Window, r window.RedeliveryPolicy) *conTelemetry {
+func newConTelemetry(opts ConsumerOptions, w window.Window, r window.RedeliveryPolicy, ordered bool) *conTelemetry {
 	system := w.Backend
 	t := &conTelemetry{base: attribute.NewSet(attrSystem.String(system))}
 	if !tracingOff(opts.TracerProvider) {
@@ -323,7 +323,7 @@ func newConTelemetry(opts ConsumerOptions, w window.Window, r window.RedeliveryP
 		metric.WithExplicitBucketBoundaries(1, 2, 3, 5, 10, 20, 50))
 	t.leaseExt, _ = m.Int64Counter("dedupq.consume.lease_extensions", metric.WithUnit("{extension}"),
 		metric.WithDescription("Lease extensions of deliveries whose handler outlived half the lease, by dedupq.outcome: ok, error."))
-	t.reg = registerConsumerGauges(m, attribute.NewSet(attrSystem.String(system), attrRole.String("consumer")), opts, w, r)
+	t.reg = registerConsumerGauges(m, attribute.NewSet(attrSystem.String(system), attrRole.String("consumer")), opts, w, r, ordered)
 	t.recordOpts = []metric.RecordOption{metric.WithAttributeSet(t.base)}
 	t.outcomeOpts = map[string][]metric.AddOption{}
 	for _, o := range []string{"ack", "nack", "terminate", "settle_failed", "ok", "error"} {
@@ -337,9 +337,9 @@ func newConTelemetry(opts ConsumerOptions, w window.Window, r window.RedeliveryP
 // span, plus the whole publisher span when it does not fit the window:
 // window.ConsumerPlan.Span) and, when a Deduplicator is set, its TTL as
 // dedupq.dedup.ttl.
-func registerConsumerGauges(m metric.Meter, attrs attribute.Set, opts ConsumerOptions, w window.Window, r window.RedeliveryPolicy) metric.Registration {
+func registerConsumerGauges(m metric.Meter, attrs attribute.Set, opts ConsumerOptions, w window.Window, r window.RedeliveryPolicy, ordered bool) metric.Registration {
 	g := newWindowGauges(m)
-	span := opts.plan(0, w, r).Span()
+	span := opts.plan(0, w, r, ordered).Span()
 	if opts.Dedup == nil {
 		return g.register(m, attrs, func() (time.Duration, time.Duration) { return w.Duration, span })
 	}

@@ -53,6 +53,18 @@ type ConsumerPlan struct {
 	PublisherSpan time.Duration
 	// Margin is as in PublisherPlan.
 	Margin float64
+	// Ordered says the consumer runs the messages of one group in order
+	// (dedupq.ConsumerOptions.Ordered): a second copy of a message then
+	// waits behind every message of its group stored before it, each of
+	// which may hold the group for its whole redelivery span.
+	Ordered bool
+	// GroupBacklog bounds, for an ordered consumer, how many messages of
+	// one group can be stored between two copies of one message: those
+	// published to the group within PublisherSpan. It matters only when
+	// the publishers' span does not fit the window (a resend is then a
+	// second copy); zero there means no bound was declared, and no TTL
+	// covers the plan.
+	GroupBacklog int
 }
 
 func margin(m float64) float64 {
@@ -100,6 +112,7 @@ const (
 	optAttemptTimeout   = "PublisherOptions.Retry.AttemptTimeout"
 	optConsumerDedupTTL = "PublisherOptions.ConsumerDedupTTL"
 	optPublisherSpan    = "ConsumerOptions.PublisherSpan"
+	optGroupBacklog     = "ConsumerOptions.GroupBacklog"
 	optDedupTTL         = "the TTL of ConsumerOptions.Dedup"
 	optDedupTTLFields   = optDedupTTL + " (dedup.GuardOptions.TTL, pgstore.TxGuardOptions.TTL)"
 )
@@ -337,6 +350,14 @@ func CheckConsumer(p ConsumerPlan) error {
 	case beyond > 0:
 		note += fmt.Sprintf(", plus the publishers' whole retry span %s (%s): %s", FormatDuration(beyond), optPublisherSpan, p.Window)
 	}
+	if p.Ordered && beyond > 0 {
+		if p.GroupBacklog > 0 {
+			note += fmt.Sprintf("; ordered: a resent copy waits behind up to %d message(s) of its group (%s) and the first copy, each holding the group for up to the redelivery span",
+				p.GroupBacklog, optGroupBacklog)
+		} else {
+			note += fmt.Sprintf("; ordered: a resent copy waits behind the messages of its group stored before it, and %s declares no bound on them", optGroupBacklog)
+		}
+	}
 	return &UnsafeRetryError{
 		Side: "consumer", Span: span, Window: p.Window, ProtectedBy: byStoreTTL,
 		Limit: p.DedupTTL, Margin: m, Fixes: consumerFixes(p, span, beyond, m), note: note,
@@ -364,7 +385,17 @@ func consumerSpan(p ConsumerPlan, m float64) (span, beyond time.Duration) {
 		// completes, so no TTL is too short.
 		return 0, 0
 	}
-	return addSat(p.Redelivery.Span(), beyond), beyond
+	r := p.Redelivery.Span()
+	if p.Ordered && beyond > 0 {
+		// The second copy's first delivery waits until the first copy and
+		// the GroupBacklog messages between them have each held the group
+		// for up to R, and cannot come before it is stored, P after t0.
+		if p.GroupBacklog <= 0 {
+			return Forever, beyond
+		}
+		return addSat(mulSat(r, int64(p.GroupBacklog)+1), max(beyond, r)), beyond
+	}
+	return addSat(r, beyond), beyond
 }
 
 // ClaimDeadline is the latest moment a delivery received at received,
@@ -400,8 +431,10 @@ func (p ConsumerPlan) ClaimDeadline(received time.Time, lease time.Duration) tim
 
 // Span is the worst-case span CheckConsumer asks DedupTTL to cover, less
 // the margin, whatever DedupTTL is: the redelivery span, plus the whole
-// PublisherSpan when that does not fit the window less the margin; zero
-// for one copy delivered once, which no TTL is too short for. The
+// PublisherSpan when that does not fit the window less the margin (for an
+// ordered plan then the head-of-line term of the package doc instead,
+// Forever without a GroupBacklog); zero for one copy delivered once, which
+// no TTL is too short for. The
 // consumer reports it as the gauge dedupq.worst_case_span.
 func (p ConsumerPlan) Span() time.Duration {
 	span, _ := consumerSpan(p, margin(p.Margin))
@@ -411,6 +444,9 @@ func (p ConsumerPlan) Span() time.Duration {
 // maxSuggestedDeliveries bounds the deliveries a fix suggests for a
 // broker that redelivers without limit.
 const maxSuggestedDeliveries = 1000
+
+// maxSuggestedBacklog bounds the group backlog a fix suggests.
+const maxSuggestedBacklog = 1 << 20
 
 // consumerFixes lists changes any one of which makes p pass, each
 // computed by consumerFits: a longer TTL, fewer deliveries, a shorter ack
@@ -481,6 +517,17 @@ func consumerFixes(p ConsumerPlan, span, beyond time.Duration, m float64) []stri
 			if f := windowFix(p.Window, need); f != "" {
 				fixes = append(fixes, f)
 			}
+		}
+	}
+	if p.Ordered && beyond > 0 {
+		k := largestCount(maxSuggestedBacklog, func(k int) bool { return passes(func(q *ConsumerPlan) { q.GroupBacklog = k }) })
+		switch {
+		case k > 0 && p.GroupBacklog <= 0:
+			fixes = append(fixes, fmt.Sprintf("set %s to at most %d: the most messages published to one group within %s (none is declared now)", optGroupBacklog, k, optPublisherSpan))
+		case k > 0:
+			fixes = append(fixes, fmt.Sprintf("lower %s from %d to %d (fewer messages published to one group within %s)", optGroupBacklog, p.GroupBacklog, k, optPublisherSpan))
+		case p.GroupBacklog <= 0:
+			fixes = append(fixes, fmt.Sprintf("declare %s, the most messages published to one group within %s, and raise %s to cover it", optGroupBacklog, optPublisherSpan, optDedupTTLFields))
 		}
 	}
 	if single != "" {

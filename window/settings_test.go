@@ -228,7 +228,7 @@ func TestFixesPassAcrossPlans(t *testing.T) {
 }
 
 // Fixes that name no value to apply: they say what to do and why.
-var adviceOnly = regexp.MustCompile(`^set ` + regexp.QuoteMeta(optAttemptTimeout) + ` \(|^bound .* \(deliveries are unlimited now\), and raise `)
+var adviceOnly = regexp.MustCompile(`^set ` + regexp.QuoteMeta(optAttemptTimeout) + ` \(|^bound .* \(deliveries are unlimited now\), and raise |^declare ` + regexp.QuoteMeta(optGroupBacklog) + `, .* and raise `)
 
 // fixValue is the value a fix sets: the first duration or number after
 // "to", "at" or "within" in what follows the setting's name.
@@ -321,6 +321,8 @@ func checkConsumerFixes(t *testing.T, plan ConsumerPlan, ue *UnsafeRetryError) {
 		{"lower " + s.ackWait(), func(p *ConsumerPlan, v string) error { return setDuration(&p.Redelivery.AckWait)(v) }},
 		{"lower " + s.Expiry + " ", func(p *ConsumerPlan, v string) error { return setDuration(&p.Redelivery.Expiry)(v) }},
 		{"keep the publishers' retry span", func(p *ConsumerPlan, v string) error { return setDuration(&p.PublisherSpan)(v) }},
+		{"set " + optGroupBacklog, func(p *ConsumerPlan, v string) error { return setInt(&p.GroupBacklog)(v) }},
+		{"lower " + optGroupBacklog, func(p *ConsumerPlan, v string) error { return setInt(&p.GroupBacklog)(v) }},
 	}, windowChanges(plan.Window, func(p *ConsumerPlan) *Window { return &p.Window })...)
 	if s.Backoff != "" {
 		changes = append(changes, fixChange[ConsumerPlan]{"cap " + s.Backoff, func(p *ConsumerPlan, v string) error {

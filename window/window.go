@@ -69,9 +69,28 @@
 // expiry instead (RedeliveryPolicy.Expiry, Pub/Sub's message retention),
 // and the check asks T to cover that.
 //
-// The model assumes a stored copy is delivered while the consumers run;
-// it cannot see consumers that are down, nor an ordering group that holds
-// a later copy back behind an earlier copy's redeliveries (see README).
+// # Ordered groups
+//
+// An ordered consumer (ConsumerPlan.Ordered) delivers a message only once
+// every message stored before it in its group has ended: acked, or
+// dropped after its last delivery, each up to R after its first delivery.
+// So a second copy, which exists only if P > W, waits behind the first
+// copy's deliveries and behind the B messages of its group stored between
+// the two copies (ConsumerPlan.GroupBacklog: those published to the group
+// within P). With the first copy completed at t0, delivered then and its
+// acks lost until t0+R, each of the B messages stored by t0+P and holding
+// the group for R, the second copy's last claim comes before
+//
+//	t0 + max(P, R) + (B+1)·R
+//
+// and T must cover max(P, R) + (B+1)·R instead of P + R. Without a declared
+// B no T covers a plan with P > W. With P ≤ W there is no second copy and
+// ordering changes nothing. Each message is assumed to end within its
+// redelivery span: a handler that runs past its ack wait (its lease
+// extended) holds its group longer, which no check can see.
+//
+// The model assumes a stored copy is delivered while the consumers run; it
+// cannot see consumers that are down.
 //
 // # Margins
 //

@@ -176,6 +176,12 @@ func TestCheckConsumer(t *testing.T) {
 		{"no margin: span equal to the window fits", ConsumerPlan{Redelivery: sqsRedelivery, Window: sqsWindow, DedupTTL: 150 * time.Second, PublisherSpan: 5 * time.Minute, Margin: -1}, false, ""},
 		{"no margin: a span 1ns over the window counts in full", ConsumerPlan{Redelivery: sqsRedelivery, Window: sqsWindow, DedupTTL: 150*time.Second + 5*time.Minute, PublisherSpan: 5*time.Minute + 1, Margin: -1}, true, ""},
 		{"no window: whole publisher span", ConsumerPlan{Redelivery: sqsRedelivery, Window: pubsubWindow, DedupTTL: 10 * time.Minute, PublisherSpan: 8 * time.Minute}, true, "from 10m to ≥ 13m8s"},
+		{"ordered within the window: nothing more", ConsumerPlan{Redelivery: sqsRedelivery, Window: sqsWindow, DedupTTL: 4 * time.Minute, PublisherSpan: 4 * time.Minute, Ordered: true}, false, ""},
+		// 8m + (3+1) × 2m30s = 18m, over 0.8 = 22m30s; 1h fits
+		// (48m − 8m) / 2m30s − 1 = 15 messages between two copies.
+		{"ordered beyond the window, no backlog declared", ConsumerPlan{Redelivery: sqsRedelivery, Window: sqsWindow, DedupTTL: time.Hour, PublisherSpan: 8 * time.Minute, Ordered: true}, true, "set ConsumerOptions.GroupBacklog to at most 15"},
+		{"ordered beyond the window, backlog too large", ConsumerPlan{Redelivery: sqsRedelivery, Window: sqsWindow, DedupTTL: 20 * time.Minute, PublisherSpan: 8 * time.Minute, Ordered: true, GroupBacklog: 3}, true, "from 20m to ≥ 22m30s"},
+		{"ordered beyond the window, backlog covered", ConsumerPlan{Redelivery: sqsRedelivery, Window: sqsWindow, DedupTTL: 22*time.Minute + 30*time.Second, PublisherSpan: 8 * time.Minute, Ordered: true, GroupBacklog: 3}, false, ""},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -374,6 +380,12 @@ func TestConsumerPlanSpan(t *testing.T) {
 		{"with a TTL", ConsumerPlan{Redelivery: r, PublisherSpan: time.Second, DedupTTL: time.Hour}, 151 * time.Second},
 		{"one delivery of one copy", ConsumerPlan{Redelivery: RedeliveryPolicy{MaxDeliveries: 1, AckWait: time.Minute}, Window: w}, 0},
 		{"unlimited", ConsumerPlan{Redelivery: RedeliveryPolicy{AckWait: time.Second}, Window: w}, Forever},
+		// Ordered: max(P, R) + (B+1)·R.
+		{"ordered, publisher span fits the window", ConsumerPlan{Redelivery: r, Window: w, PublisherSpan: time.Minute, Ordered: true}, 150 * time.Second},
+		{"ordered, no backlog declared", ConsumerPlan{Redelivery: r, Window: w, PublisherSpan: 3 * time.Minute, Ordered: true}, Forever},
+		{"ordered, P over R", ConsumerPlan{Redelivery: r, Window: w, PublisherSpan: 3 * time.Minute, Ordered: true, GroupBacklog: 2}, 3*time.Minute + 3*150*time.Second},
+		{"ordered, P under R", ConsumerPlan{Redelivery: r, PublisherSpan: time.Minute, Ordered: true, GroupBacklog: 2}, 150*time.Second + 3*150*time.Second},
+		{"ordered, P far over R", ConsumerPlan{Redelivery: r, PublisherSpan: 10 * time.Minute, Ordered: true, GroupBacklog: 1}, 10*time.Minute + 2*150*time.Second},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			if got := tc.p.Span(); got != tc.want {

@@ -113,6 +113,12 @@ type Entity struct {
 	// Restarter. Harnesses set it only when Config.Restartable asked for
 	// it; nil skips the Restart check.
 	Restart *Restarter
+	// AnotherSubscription, when set, opens one more Subscription on the
+	// same entity and consumer group, as a second process would, for the
+	// check that two Consumers share the groups without breaking their
+	// order. The suite closes it (through its Consumer). Nil skips that
+	// check.
+	AnotherSubscription func(ctx context.Context) (driver.Subscription, error)
 }
 
 // Harness connects the suite to one backend.
@@ -145,6 +151,7 @@ func Run(t *testing.T, h Harness) {
 		{"Provision", testProvision},
 		{"Validation", testValidation},
 		{"GroupOrdering", testGroupOrdering},
+		{"GroupOrderingTwoConsumers", testGroupOrderingTwoConsumers},
 		{"GracefulShutdown", testGracefulShutdown},
 		{"ReceiveHonoursContext", testReceiveHonoursContext},
 		{"Restart", testRestart},

@@ -43,6 +43,7 @@ func (h harness) Open(_ context.Context, _ *testing.T, cfg adaptertest.Config) a
 	b := mem.NewBroker(opts)
 	ent := adaptertest.Entity{
 		Topic: b.Topic(q), Subscription: b.Subscription(q), Clock: clk,
+		AnotherSubscription: func(context.Context) (driver.Subscription, error) { return b.Subscription(q), nil },
 		DeadLetters: func(context.Context) ([]string, error) {
 			var ids []string
 			for _, d := range b.DeadLetters(q) {

@@ -8,8 +8,10 @@ package servicebus_test
 // duration and MaxDeliveryCount are the suite's Config. The double accepts
 // a 1-second window, which Service Bus (20 s at least) would not: that is
 // what lets the "after the window" half of the dedup check run here.
-// Service Bus orders only within sessions, which this adapter does not
-// receive from, so the group ordering check is skipped.
+// The suite runs twice: on queues without sessions, where the group
+// ordering check proves that an ordered Consumer is refused, and on
+// session queues (TestConformanceSessions), where every message of the
+// suite carries a GroupKey (its SessionId) and the check runs.
 //
 // The Restart check runs on a double of its own (the shared one is never
 // stopped), which it stops and starts again on the same AMQP port, so that
@@ -31,16 +33,19 @@ import (
 
 	"github.com/dedupq/dedupq/adapters/adaptertest"
 	"github.com/dedupq/dedupq/adapters/servicebus"
+	"github.com/dedupq/dedupq/driver"
 	servicebusdouble "github.com/dedupq/dedupq/localstack/servicebus-double"
 )
 
-type harness struct{}
-
-func (harness) Capabilities() adaptertest.Capabilities {
-	return adaptertest.Capabilities{ConfiguresWindow: true, WaitTimeout: 15 * time.Second}
+type harness struct {
+	sessions bool // session queues (RequiresSession)
 }
 
-func (harness) Open(ctx context.Context, t *testing.T, cfg adaptertest.Config) adaptertest.Entity {
+func (h harness) Capabilities() adaptertest.Capabilities {
+	return adaptertest.Capabilities{ConfiguresWindow: true, WaitTimeout: 15 * time.Second, OrdersGroups: h.sessions}
+}
+
+func (h harness) Open(ctx context.Context, t *testing.T, cfg adaptertest.Config) adaptertest.Entity {
 	d := needDouble(t)
 	var private *privateDouble
 	if cfg.Restartable {
@@ -60,17 +65,29 @@ func (harness) Open(ctx context.Context, t *testing.T, cfg adaptertest.Config) a
 		LockDuration:               cfg.AckWait,
 		MaxDeliveryCount:           maxDeliveries,
 		MaxMessageBytes:            servicebus.DefaultMaxMessageBytes,
+		RequiresSession:            h.sessions,
 	}
 	q := newQueue(t, d, a, p)
 	c := newClient(t, d)
-	tp, sub := openPair(t, c, q, servicebus.WithAdmin(servicebus.Options{}, a))
+	open := openPair
+	if h.sessions {
+		open = openSessionPair
+	}
+	tp, sub := open(t, c, q, servicebus.WithAdmin(servicebus.Options{}, a))
 	var restart *adaptertest.Restarter
 	if private != nil {
 		private.queues = map[string]servicebusdouble.QueueConfig{q: queueConfig(p)}
 		restart = &adaptertest.Restarter{Stop: private.stop, Start: private.start, Forgets: true}
 	}
+	var another func(ctx context.Context) (driver.Subscription, error)
+	if h.sessions {
+		another = func(ctx context.Context) (driver.Subscription, error) {
+			// A client of its own, as a second process would have.
+			return servicebus.OpenSessionSubscription(ctx, newClient(t, d), servicebus.Entity{Queue: q}, servicebus.WithAdmin(servicebus.Options{}, a))
+		}
+	}
 	return adaptertest.Entity{
-		Topic: tp, Subscription: sub, Restart: restart,
+		Topic: tp, Subscription: sub, Restart: restart, AnotherSubscription: another,
 		WaitOutWindow: func(ctx context.Context) error {
 			timer := time.NewTimer(cfg.DedupWindow + 100*time.Millisecond)
 			defer timer.Stop()
@@ -101,6 +118,11 @@ func (harness) Open(ctx context.Context, t *testing.T, cfg adaptertest.Config) a
 func TestConformance(t *testing.T) {
 	needDouble(t)
 	adaptertest.Run(t, harness{})
+}
+
+func TestConformanceSessions(t *testing.T) {
+	needDouble(t)
+	adaptertest.Run(t, harness{sessions: true})
 }
 
 // privateDouble is a double of one test's own, which the test may stop and

@@ -37,7 +37,47 @@
 // Consuming uses a peek-lock Receiver: Attempt is DeliveryCount, Ack is
 // Complete, Nack is Abandon, Terminate is DeadLetter with reason
 // DeadLetterReason, Extend is RenewMessageLock, and the lease is
-// LockDuration. Session entities are refused by OpenSubscription for now.
+// LockDuration.
+//
+// # Ordered groups: session entities
+//
+// Service Bus keeps order only within a session, so a GroupKey is a
+// SessionId and ordering (dedupq.ConsumerOptions.Ordered) needs an entity
+// created with RequiresSession: a queue, or a topic subscription (fixed at
+// creation; create=true&sessions=true in the URL creates one, and
+// sessions=true with window states one). On an entity without sessions
+// Subscription.OrdersGroups says so and an ordered Consumer is refused;
+// on a session entity a message without a GroupKey is refused before it
+// is sent, as Service Bus would refuse it. Duplicate detection works with
+// sessions as without (MessageId within the window).
+//
+// A Subscription on a session entity (OpenSessionSubscription; the URL
+// opener picks it from the entity's properties) accepts the next available
+// session (AcceptNextSessionForQueue / ForSubscription) and holds up to as
+// many at once as one Receive has asked deliveries for (so at most the
+// Consumer's Concurrency). Each held session has one message out at a
+// time: its next is received once the one before it is settled, and only
+// while a Receive waits, so a session's messages are handed out in the
+// session's order and never two at once. A session is locked for
+// LockDuration (the lease of its deliveries, counted from what is left of
+// the lock when a message arrives): Extend renews the session lock while
+// a message of it runs or is held, and the Subscription renews it itself
+// while nothing of the session is out; a session with nothing out and no
+// new message for Options.SessionIdle (session_idle, 1s by default) is
+// closed, for another process or another session to take; Close closes
+// them all.
+//
+// A failed head is abandoned (after the nack's delay, held as below),
+// which puts it back at its place in its session: it comes again, to the
+// same holder, before the session's later messages. Its DeliveryCount
+// grows by one each time, and so does that of any message given back on
+// its behalf or left unsettled when a session is let go; at
+// MaxDeliveryCount Service Bus dead-letters it, and the session goes on
+// with the next. Takeover: when a holder closes, its sessions are free at
+// once; when it dies without closing (or stops renewing), its sessions
+// are free when their lock lapses, within LockDuration. Either way the
+// next holder gets the unsettled messages first, in order, each with one
+// more delivery counted.
 //
 // Service Bus redelivers an abandoned message at once and has no
 // per-message redelivery delay, so the Consumer honours a nack's delay by

@@ -156,7 +156,7 @@ func (a adminClient) Properties(ctx context.Context, e Entity) (EntityProperties
 		return p, fmt.Errorf("dedupq/servicebus: reading %s: %w", e, gerr)
 	}
 	if s == nil {
-		return p, fmt.Errorf("dedupq/servicebus: %s: %w", e, ErrEntityNotFound)
+		return p, &missingError{err: fmt.Errorf("dedupq/servicebus: %s: %w", e, ErrEntityNotFound), topic: p}
 	}
 	sp := s.SubscriptionProperties
 	p.RequiresSession = deref(sp.RequiresSession)
@@ -239,7 +239,7 @@ func parseISODuration(s string) (time.Duration, error) {
 }
 
 // windowOf is the dedup window the properties give.
-func windowOf(e Entity, p EntityProperties, stated bool) window.Window {
+func windowOf(e Entity, p EntityProperties, stated, planned bool) window.Window {
 	src := window.SourceDiscovered
 	scope := e.String()
 	if e.Topic != "" {
@@ -250,17 +250,26 @@ func windowOf(e Entity, p EntityProperties, stated bool) window.Window {
 		// same ID under another GroupKey is a new message.
 		scope += ", per partition key (GroupKey)"
 	}
+	if p.RequiresSession {
+		// What dedupq check prints of an entity: that it orders, and that
+		// the lease of a delivery is its session's lock.
+		scope += fmt.Sprintf(", ordered by session (GroupKey = SessionId), the lease a session lock of %s", window.FormatDuration(p.LockDuration))
+	}
 	if stated {
 		// Stated by the program (Options.Stated), not read from the
 		// entity: the label says so wherever the window is printed.
 		src = window.SourceConfigured
 		scope += ", not read from the entity"
 	}
+	if planned {
+		// Options.Create's, reported before Provision creates it.
+		scope += ", to be created"
+	}
 	w := window.Window{Backend: Backend, Source: src, Scope: scope}
 	if p.RequiresDuplicateDetection && p.DuplicateDetectionWindow > 0 {
 		w.Duration, w.Kind = p.DuplicateDetectionWindow, window.KindConfigured
 	}
-	w.Settings = settingsOf(e, w.Kind, stated)
+	w.Settings = settingsOf(e, w.Kind, stated, p.RequiresSession)
 	return w
 }
 
@@ -270,7 +279,7 @@ func windowOf(e Entity, p EntityProperties, stated bool) window.Window {
 // states (Options.Stated, the URL) must change there too. The backoff
 // follows from LockDuration (see Subscription.Redelivery), so it is not
 // named on its own.
-func settingsOf(e Entity, k window.Kind, stated bool) window.Settings {
+func settingsOf(e Entity, k window.Kind, stated, sessions bool) window.Settings {
 	receiver := "queue"
 	if e.Queue == "" {
 		receiver = "subscription"
@@ -285,9 +294,13 @@ func settingsOf(e Entity, k window.Kind, stated bool) window.Settings {
 	if k == window.KindNone {
 		win = fmt.Sprintf("the DuplicateDetectionHistoryTimeWindow of a %s recreated with RequiresDuplicateDetection (fixed at creation)", e.sendKind())
 	}
+	lock := fmt.Sprintf("the %s's LockDuration", receiver)
+	if sessions {
+		lock += " (the session lock)"
+	}
 	return window.Settings{
 		Window:        name(win, "window"),
-		AckWait:       name(fmt.Sprintf("the %s's LockDuration", receiver), "ack_wait"),
+		AckWait:       name(lock, "ack_wait"),
 		MaxDeliveries: name(fmt.Sprintf("the %s's MaxDeliveryCount", receiver), "max_deliveries"),
 	}
 }

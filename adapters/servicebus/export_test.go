@@ -31,3 +31,16 @@ func WithAdmin(o Options, a Admin) *Options {
 	o.propsFrom = a
 	return &o
 }
+
+type (
+	// SessionAcceptor is the seam around Client.AcceptNextSessionFor….
+	SessionAcceptor = sessionAcceptor
+	// SessionReceiver is the seam around *azservicebus.SessionReceiver.
+	SessionReceiver = sessionReceiver
+)
+
+// OpenSessionSubscriptionWith is OpenSessionSubscription over any
+// SessionAcceptor.
+func OpenSessionSubscriptionWith(ctx context.Context, acc SessionAcceptor, entity Entity, opts *Options) (*Subscription, error) {
+	return openSessionSubscription(ctx, acc, entity, opts)
+}

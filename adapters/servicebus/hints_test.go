@@ -24,11 +24,11 @@ func TestFixesNameEntityProperties(t *testing.T) {
 		declare   = "declare consumer-side dedup: set PublisherOptions.ConsumerDedupTTL to ≥ 6m17s, and ConsumerOptions.PublisherSpan to 5m1s on the consumers, whose TTL must also cover their redelivery span"
 	)
 	publisher := func(e Entity, p EntityProperties, stated bool) error {
-		return window.CheckPublisher(window.PublisherPlan{Retry: retry, Window: windowOf(e, p, stated)})
+		return window.CheckPublisher(window.PublisherPlan{Retry: retry, Window: windowOf(e, p, stated, false)})
 	}
 	// 5 deliveries locked 30s, each redelivery up to a lock later: 4m30s.
 	consumer := func(e Entity, p EntityProperties, stated bool) error {
-		return window.CheckConsumer(window.ConsumerPlan{Redelivery: redeliveryOf(p), Window: windowOf(e, p, stated), DedupTTL: 4 * time.Minute})
+		return window.CheckConsumer(window.ConsumerPlan{Redelivery: redeliveryOf(p), Window: windowOf(e, p, stated, false), DedupTTL: 4 * time.Minute})
 	}
 	queue, sub := Entity{Queue: "orders"}, Entity{Topic: "events", Subscription: "billing"}
 	tests := []struct {

@@ -80,6 +80,44 @@ type fakeAdmin struct {
 	mu    sync.Mutex
 	props map[string]servicebus.EntityProperties
 	calls atomic.Int64
+	// d, when set, is where Create creates queues (newCreatingAdmin).
+	d       *servicebusdouble.Double
+	created atomic.Int64
+}
+
+// newCreatingAdmin is a fakeAdmin that also creates queues on d, as the
+// management API would (Options.Create); the test deletes them at its end.
+func newCreatingAdmin(t testing.TB, d *servicebusdouble.Double) *fakeAdmin {
+	a := newFakeAdmin()
+	a.d = d
+	t.Cleanup(func() {
+		a.mu.Lock()
+		defer a.mu.Unlock()
+		for q := range a.props {
+			_ = d.DeleteQueue(context.Background(), q)
+		}
+	})
+	return a
+}
+
+// Create creates e on the double unless it exists (the double has queues
+// only).
+func (a *fakeAdmin) Create(ctx context.Context, e servicebus.Entity, p servicebus.EntityProperties) error {
+	if a.d == nil || e.Queue == "" {
+		return fmt.Errorf("fake admin: cannot create %s", e)
+	}
+	a.mu.Lock()
+	_, ok := a.props[strings.ToLower(e.Queue)]
+	a.mu.Unlock()
+	if ok {
+		return nil
+	}
+	if err := a.d.CreateQueue(ctx, e.Queue, queueConfig(p)); err != nil {
+		return err
+	}
+	a.set(e.Queue, p)
+	a.created.Add(1)
+	return nil
 }
 
 func newFakeAdmin() *fakeAdmin {
@@ -135,6 +173,7 @@ func queueConfig(p servicebus.EntityProperties) servicebusdouble.QueueConfig {
 		MaxDeliveryCount:           p.MaxDeliveryCount,
 		MaxMessageBytes:            p.MaxMessageBytes,
 		EnablePartitioning:         p.EnablePartitioning,
+		RequiresSession:            p.RequiresSession,
 	}
 }
 
@@ -184,14 +223,7 @@ func newClient(t testing.TB, d *servicebusdouble.Double) *azservicebus.Client {
 func openPair(t testing.TB, c *azservicebus.Client, queue string, opts *servicebus.Options) (*servicebus.Topic, *servicebus.Subscription) {
 	t.Helper()
 	ctx := context.Background()
-	s, err := c.NewSender(queue, nil)
-	if err != nil {
-		t.Fatalf("NewSender: %v", err)
-	}
-	tp, err := servicebus.OpenTopic(ctx, s, servicebus.Entity{Queue: queue}, opts)
-	if err != nil {
-		t.Fatalf("OpenTopic: %v", err)
-	}
+	tp := openTopic(t, c, queue, opts)
 	r, err := c.NewReceiverForQueue(queue, nil)
 	if err != nil {
 		t.Fatalf("NewReceiverForQueue: %v", err)
@@ -201,4 +233,30 @@ func openPair(t testing.TB, c *azservicebus.Client, queue string, opts *serviceb
 		t.Fatalf("OpenSubscription: %v", err)
 	}
 	return tp, sub
+}
+
+// openSessionPair opens a Topic and a session Subscription on the
+// session queue through c.
+func openSessionPair(t testing.TB, c *azservicebus.Client, queue string, opts *servicebus.Options) (*servicebus.Topic, *servicebus.Subscription) {
+	t.Helper()
+	tp := openTopic(t, c, queue, opts)
+	sub, err := servicebus.OpenSessionSubscription(context.Background(), c, servicebus.Entity{Queue: queue}, opts)
+	if err != nil {
+		t.Fatalf("OpenSessionSubscription: %v", err)
+	}
+	return tp, sub
+}
+
+// openTopic opens a Topic on queue through c.
+func openTopic(t testing.TB, c *azservicebus.Client, queue string, opts *servicebus.Options) *servicebus.Topic {
+	t.Helper()
+	s, err := c.NewSender(queue, nil)
+	if err != nil {
+		t.Fatalf("NewSender: %v", err)
+	}
+	tp, err := servicebus.OpenTopic(context.Background(), s, servicebus.Entity{Queue: queue}, opts)
+	if err != nil {
+		t.Fatalf("OpenTopic: %v", err)
+	}
+	return tp
 }

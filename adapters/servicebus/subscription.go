@@ -28,20 +28,25 @@ type receiver interface {
 var _ receiver = (*azservicebus.Receiver)(nil)
 
 // Subscription receives from a queue or topic subscription in peek-lock
-// mode. It implements driver.Subscription.
+// mode: through one Receiver from an entity without sessions, through the
+// sessions it accepts from a session entity (see OpenSessionSubscription).
+// It implements driver.Subscription and driver.GroupOrderer.
 type Subscription struct {
-	recv   receiver
+	recv   receiver     // an entity without sessions
+	pool   *sessionPool // a session entity
 	entity Entity
 	opts   Options
 
-	mu     sync.Mutex
-	props  EntityProperties
-	closed bool
+	mu      sync.Mutex
+	props   EntityProperties
+	missing bool // Options.Create's entity, to be created (Provision)
+	closed  bool
 }
 
 var (
 	_ driver.Subscription = (*Subscription)(nil)
 	_ driver.NackHolder   = (*Subscription)(nil)
+	_ driver.GroupOrderer = (*Subscription)(nil)
 )
 
 // DeadLetterReason is the DeadLetterReason Terminate sets; the handler's
@@ -50,27 +55,72 @@ const DeadLetterReason = "dedupq: permanent failure"
 
 // OpenSubscription reads the entity's properties and returns a
 // Subscription receiving through recv, which must be in peek-lock mode
-// (the SDK's default). It refuses a session entity: receiving from one
-// needs a session receiver per SessionId, which this version does not
-// drive. On success the Subscription owns recv. Make recv's client with
-// ClientOptions.
+// (the SDK's default). It refuses a session entity, which a Receiver
+// cannot receive from: open that with OpenSessionSubscription. On success
+// the Subscription owns recv. Make recv's client with ClientOptions.
 func OpenSubscription(ctx context.Context, recv *azservicebus.Receiver, entity Entity, opts *Options) (*Subscription, error) {
 	return openSubscription(ctx, recv, entity, opts)
 }
 
+// OpenSessionSubscription reads the entity's properties and returns a
+// Subscription on a session entity (RequiresSession), which accepts the
+// next available sessions through client (AcceptNextSessionForQueue or
+// ForSubscription) as it receives; see the package doc for how it holds,
+// renews and releases them. It refuses an entity without sessions (open
+// that with OpenSubscription). The Subscription closes the sessions it
+// accepted, never client. Make client with ClientOptions.
+func OpenSessionSubscription(ctx context.Context, client *azservicebus.Client, entity Entity, opts *Options) (*Subscription, error) {
+	return openSessionSubscription(ctx, sdkAcceptor{client: client, entity: entity}, entity, opts)
+}
+
 func openSubscription(ctx context.Context, recv receiver, entity Entity, opts *Options) (*Subscription, error) {
+	s, err := readSubscription(ctx, entity, opts)
+	if err != nil {
+		return nil, err
+	}
+	if s.props.RequiresSession {
+		return nil, fmt.Errorf("dedupq/servicebus: %s requires sessions, which a Receiver cannot receive from: open it with OpenSessionSubscription", entity)
+	}
+	s.recv = recv
+	return s, nil
+}
+
+func openSessionSubscription(ctx context.Context, acc sessionAcceptor, entity Entity, opts *Options) (*Subscription, error) {
+	s, err := readSubscription(ctx, entity, opts)
+	if err != nil {
+		return nil, err
+	}
+	if !s.props.RequiresSession {
+		return nil, fmt.Errorf("dedupq/servicebus: %s has no sessions (RequiresSession is off): open it with OpenSubscription", entity)
+	}
+	s.pool = newSessionPool(acc, entity, s.opts.SessionIdle, func() time.Duration { return s.Properties().LockDuration })
+	return s, nil
+}
+
+// readSubscription reads the entity's properties for a Subscription that
+// has yet to get its receiver.
+func readSubscription(ctx context.Context, entity Entity, opts *Options) (*Subscription, error) {
 	o := opts.orZero()
 	if err := entity.check(true); err != nil {
 		return nil, err
 	}
-	p, err := o.props(ctx, entity)
+	p, missing, err := o.read(ctx, entity)
 	if err != nil {
 		return nil, err
 	}
-	if p.RequiresSession {
-		return nil, fmt.Errorf("dedupq/servicebus: %s requires sessions; this adapter receives from entities without sessions only", entity)
+	return &Subscription{entity: entity, opts: o, props: p, missing: missing}, nil
+}
+
+// OrdersGroups reports nil on a session entity, whose sessions keep each
+// SessionId (GroupKey) in order and hand it to one receiver at a time;
+// an entity without sessions cannot order, and the error says how to get
+// one that does.
+func (s *Subscription) OrdersGroups(context.Context) error {
+	if s.pool != nil {
+		return nil
 	}
-	return &Subscription{recv: recv, entity: entity, opts: o, props: p}, nil
+	return fmt.Errorf("dedupq/servicebus: %s has no sessions (RequiresSession, fixed at creation), so a GroupKey's messages come in any order: "+
+		"use a session entity (create=true&sessions=true creates one; sessions=true with window states one)", s.entity)
 }
 
 // Properties are the entity properties as last read.
@@ -81,12 +131,12 @@ func (s *Subscription) Properties() EntityProperties {
 }
 
 func (s *Subscription) refresh(ctx context.Context) (EntityProperties, error) {
-	p, err := s.opts.props(ctx, s.entity)
+	p, missing, err := s.opts.read(ctx, s.entity)
 	if err != nil {
 		return p, err
 	}
 	s.mu.Lock()
-	s.props = p
+	s.props, s.missing = p, missing
 	s.mu.Unlock()
 	return p, nil
 }
@@ -98,7 +148,13 @@ func (s *Subscription) Window(ctx context.Context) (window.Window, error) {
 	if err != nil {
 		return window.Window{}, err
 	}
-	return windowOf(s.entity, p, s.opts.Stated != nil), nil
+	return windowOf(s.entity, p, s.opts.Stated != nil, s.isMissing()), nil
+}
+
+func (s *Subscription) isMissing() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.missing
 }
 
 // Redelivery is LockDuration as AckWait, MaxDeliveryCount, and a Backoff
@@ -135,12 +191,24 @@ func redeliveryOf(p EntityProperties) window.RedeliveryPolicy {
 // (seen on the AMQP double as a first delivery with attempt 2, under load):
 // enough of them would dead-letter a message no handler ever saw. With one
 // credit a call, none is left open except by a call its context ended.
+//
+// On a session entity it returns the messages of the sessions it holds,
+// each session's one at a time and in order (see the package doc).
 func (s *Subscription) Receive(ctx context.Context, n int) ([]*driver.Delivery, error) {
 	s.mu.Lock()
-	closed, lease := s.closed, s.props.LockDuration
+	closed, lease, missing := s.closed, s.props.LockDuration, s.missing
 	s.mu.Unlock()
 	if closed {
 		return nil, ErrClosed
+	}
+	if missing {
+		// Used without the portable layer, which provisions first.
+		if err := s.Provision(ctx); err != nil {
+			return nil, err
+		}
+	}
+	if s.pool != nil {
+		return s.pool.receive(ctx, n)
 	}
 	for {
 		msgs, err := s.recv.ReceiveMessages(ctx, 1, nil)
@@ -209,34 +277,45 @@ func fallbackID(m *azservicebus.ReceivedMessage, e Entity) string {
 	return fmt.Sprintf("%s seq %d time %d", e, *m.SequenceNumber, at)
 }
 
-func handle(d *driver.Delivery) (*azservicebus.ReceivedMessage, error) {
-	m, ok := d.Handle.(*azservicebus.ReceivedMessage)
-	if !ok || m == nil {
-		return nil, fmt.Errorf("dedupq/servicebus: delivery %q was not received by this adapter", d.Message.ID)
+// settler is what settles a message: the Subscription's Receiver, or the
+// receiver of the session it came from.
+type settler interface {
+	CompleteMessage(ctx context.Context, m *azservicebus.ReceivedMessage, options *azservicebus.CompleteMessageOptions) error
+	AbandonMessage(ctx context.Context, m *azservicebus.ReceivedMessage, options *azservicebus.AbandonMessageOptions) error
+	DeadLetterMessage(ctx context.Context, m *azservicebus.ReceivedMessage, options *azservicebus.DeadLetterOptions) error
+}
+
+// settle runs one settlement of d on the receiver d came from; a
+// session's next message may come once it returns.
+func (s *Subscription) settle(d *driver.Delivery, f func(settler, *azservicebus.ReceivedMessage) error) error {
+	switch h := d.Handle.(type) {
+	case *azservicebus.ReceivedMessage:
+		if h != nil && s.recv != nil {
+			return f(s.recv, h)
+		}
+	case *sessionMessage:
+		if h != nil && h.s.p == s.pool {
+			err := f(h.s.sr, h.m)
+			h.s.settled(err)
+			return err
+		}
 	}
-	return m, nil
+	return fmt.Errorf("dedupq/servicebus: delivery %q was not received by this Subscription", d.Message.ID)
 }
 
 // Ack completes the message.
 func (s *Subscription) Ack(ctx context.Context, d *driver.Delivery) error {
-	m, err := handle(d)
-	if err != nil {
-		return err
-	}
-	return s.recv.CompleteMessage(ctx, m, nil)
+	return s.settle(d, func(r settler, m *azservicebus.ReceivedMessage) error { return r.CompleteMessage(ctx, m, nil) })
 }
 
 // Nack abandons the message, which Service Bus makes available again at
-// once with DeliveryCount + 1, and returns the abandon's error. Service Bus
+// once with DeliveryCount + 1 (in a session, at its place: before the
+// session's later messages), and returns the abandon's error. Service Bus
 // has no per-message redelivery delay on abandon: the Consumer honours a
 // delay by holding the delivery, its lock renewed (Extend), before it calls
 // Nack (driver.NackHolder); delay is ignored.
 func (s *Subscription) Nack(ctx context.Context, d *driver.Delivery, _ time.Duration) error {
-	m, err := handle(d)
-	if err != nil {
-		return err
-	}
-	return s.recv.AbandonMessage(ctx, m, nil)
+	return s.settle(d, func(r settler, m *azservicebus.ReceivedMessage) error { return r.AbandonMessage(ctx, m, nil) })
 }
 
 // MaxNackHold is the entity's LockDuration (at most 5 minutes on Service
@@ -249,10 +328,6 @@ func (s *Subscription) MaxNackHold(*driver.Delivery) time.Duration {
 // Terminate dead-letters the message with reason DeadLetterReason and the
 // handler's error as the description.
 func (s *Subscription) Terminate(ctx context.Context, d *driver.Delivery, reason error) error {
-	m, err := handle(d)
-	if err != nil {
-		return err
-	}
 	desc := "no reason given"
 	if reason != nil {
 		desc = reason.Error()
@@ -261,28 +336,44 @@ func (s *Subscription) Terminate(ctx context.Context, d *driver.Delivery, reason
 		desc = desc[:1021] + "..."
 	}
 	r := DeadLetterReason
-	return s.recv.DeadLetterMessage(ctx, m, &azservicebus.DeadLetterOptions{Reason: &r, ErrorDescription: &desc})
+	return s.settle(d, func(rc settler, m *azservicebus.ReceivedMessage) error {
+		return rc.DeadLetterMessage(ctx, m, &azservicebus.DeadLetterOptions{Reason: &r, ErrorDescription: &desc})
+	})
 }
 
-// Extend renews the message lock, which Service Bus always renews by the
-// entity's LockDuration whatever by asks; by larger than that is refused
-// as unsupported.
+// Extend renews the message lock, or, for a message of a session, the
+// session lock (which every message of the session shares), which
+// Service Bus always renews by the entity's LockDuration whatever by
+// asks; by larger than that is refused as unsupported. A session whose
+// lock is found lost is let go.
 func (s *Subscription) Extend(ctx context.Context, d *driver.Delivery, by time.Duration) error {
-	m, err := handle(d)
-	if err != nil {
-		return err
-	}
 	if lock := s.Properties().LockDuration; lock > 0 && by > lock {
 		return fmt.Errorf("dedupq/servicebus: a lock renewal extends by the LockDuration %s, not %s: %w", lock, by, errors.ErrUnsupported)
 	}
-	return s.recv.RenewMessageLock(ctx, m, nil)
+	switch h := d.Handle.(type) {
+	case *azservicebus.ReceivedMessage:
+		if h != nil && s.recv != nil {
+			return s.recv.RenewMessageLock(ctx, h, nil)
+		}
+	case *sessionMessage:
+		if h != nil && h.s.p == s.pool {
+			err := h.s.renew(ctx)
+			if isLockLost(err) {
+				h.s.cancel()
+			}
+			return err
+		}
+	}
+	return fmt.Errorf("dedupq/servicebus: delivery %q was not received by this Subscription", d.Message.ID)
 }
 
 // IsRetryable reports whether a Receive error is transient.
 func (s *Subscription) IsRetryable(err error) bool { return isRetryable(err) }
 
 // Close closes the receiver; the messages it holds locked come back after
-// their locks expire.
+// their locks expire. On a session entity it closes every session it
+// holds, which gives each back to Service Bus at once, its unsettled
+// messages first, in order.
 func (s *Subscription) Close() error {
 	s.mu.Lock()
 	if s.closed {
@@ -293,5 +384,8 @@ func (s *Subscription) Close() error {
 	s.mu.Unlock()
 	ctx, cancel := context.WithTimeout(context.Background(), closeTimeout(s.opts))
 	defer cancel()
+	if s.pool != nil {
+		return s.pool.close(ctx)
+	}
 	return s.recv.Close(ctx)
 }

@@ -82,11 +82,26 @@ type Options struct {
 	// SourceConfigured and labelled "stated by the program" — keep it in
 	// step with the entity, because nothing checks it.
 	Stated *EntityProperties
+	// Create, when set, makes the Topic and the Subscription create the
+	// entity if it is missing (driver.Provisioner), with these properties,
+	// through Admin (Manage rights): the queue, or the topic (its
+	// duplicate detection, size and partitioning fields) and the
+	// subscription (its lock, delivery count and sessions). Until it
+	// exists, Window and Redelivery report these properties, and the
+	// window's scope says "to be created". An entity that exists is used as
+	// it is, but must agree on RequiresSession, which Service Bus fixes at
+	// creation. Stated and Create exclude each other.
+	Create *EntityProperties
 	// MaxBatch caps the messages in one SendBatch call; 0 means 100. Each
 	// call sends as few MessageBatch transfers as the size limit allows.
 	MaxBatch int
 	// CloseTimeout bounds closing the SDK links; 0 means 10s.
 	CloseTimeout time.Duration
+	// SessionIdle is how long a Subscription on a session entity keeps a
+	// session with nothing of it in flight and no new message before it
+	// lets it go, for another process or another session; 0 means
+	// DefaultSessionIdle.
+	SessionIdle time.Duration
 
 	// propsFrom, when set, replaces Admin: the seam through which the
 	// tests answer for the management API (HTTP/ATOM), which no AMQP
@@ -104,6 +119,8 @@ func (o *Options) orZero() Options {
 // props reads the entity's properties from Stated or Admin.
 func (o Options) props(ctx context.Context, e Entity) (EntityProperties, error) {
 	switch {
+	case o.Stated != nil && o.Create != nil:
+		return EntityProperties{}, errors.New("dedupq/servicebus: Options has both Stated and Create: an entity to create is read after its creation, not stated")
 	case o.Stated != nil:
 		return *o.Stated, nil
 	case o.propsFrom != nil:
@@ -124,19 +141,19 @@ type Topic struct {
 	opts   Options
 	seen   recent.IDs
 
-	mu     sync.Mutex
-	props  EntityProperties
-	closed bool
+	mu      sync.Mutex
+	props   EntityProperties
+	missing bool // Options.Create's entity, to be created (Provision)
+	closed  bool
 }
 
 var _ driver.Topic = (*Topic)(nil)
 
 // OpenTopic reads the entity's properties and returns a Topic sending
-// through sender. It refuses an entity that requires sessions, because
-// every message would then need a GroupKey and dedupq cannot require one
-// per entity at runtime here; it is left to a later version. On success
-// the Topic owns sender. Make sender's client with ClientOptions (see
-// HiddenRetrySpan).
+// through sender. On an entity that requires sessions every message needs
+// a GroupKey (its SessionId), and one without is refused before anything
+// is sent (Limits). On success the Topic owns sender. Make sender's client
+// with ClientOptions (see HiddenRetrySpan).
 func OpenTopic(ctx context.Context, sender *azservicebus.Sender, entity Entity, opts *Options) (*Topic, error) {
 	return openTopic(ctx, sdkSender{sender}, entity, opts)
 }
@@ -146,11 +163,11 @@ func openTopic(ctx context.Context, sender batchSender, entity Entity, opts *Opt
 	if err := entity.check(false); err != nil {
 		return nil, err
 	}
-	p, err := o.props(ctx, entity)
+	p, missing, err := o.read(ctx, entity)
 	if err != nil {
 		return nil, err
 	}
-	return &Topic{sender: sender, entity: entity, opts: o, props: p}, nil
+	return &Topic{sender: sender, entity: entity, opts: o, props: p, missing: missing}, nil
 }
 
 // Properties are the entity properties as last read.
@@ -170,8 +187,10 @@ func (t *Topic) MaxBatch() int {
 
 // Limits are Service Bus's: IDs and group keys (MessageId, SessionId) of
 // at most 128 characters, the entity's message size, and the property
-// quotas (CheckProperties). A message with a GroupKey on a session entity
-// is required, else refused by Service Bus.
+// quotas (CheckProperties). On a session entity a GroupKey is required
+// (GroupKeyRequired): Service Bus refuses a message without SessionId
+// there, and the portable layer refuses it first, before anything of its
+// batch is sent.
 func (t *Topic) Limits() driver.Limits {
 	p := t.Properties()
 	maxBytes := p.MaxMessageBytes
@@ -191,14 +210,14 @@ func (t *Topic) Limits() driver.Limits {
 // detection window: KindConfigured (the length can change after creation),
 // or KindNone when RequiresDuplicateDetection is off.
 func (t *Topic) Window(ctx context.Context) (window.Window, error) {
-	p, err := t.opts.props(ctx, t.entity)
+	p, missing, err := t.opts.read(ctx, t.entity)
 	if err != nil {
 		return window.Window{}, err
 	}
 	t.mu.Lock()
-	t.props = p
+	t.props, t.missing = p, missing
 	t.mu.Unlock()
-	return windowOf(t.entity, p, t.opts.Stated != nil), nil
+	return windowOf(t.entity, p, t.opts.Stated != nil, missing), nil
 }
 
 // HiddenRetrySpan is zero: the clients the URL opener makes
@@ -261,15 +280,22 @@ func (e *BatchSendError) Unwrap() error { return e.Err }
 // returns no sequence number on send.
 func (t *Topic) SendBatch(ctx context.Context, msgs []*driver.Message) ([]driver.SendResult, error) {
 	t.mu.Lock()
-	closed, p := t.closed, t.props
+	closed, p, missing := t.closed, t.props, t.missing
 	t.mu.Unlock()
 	if closed {
 		return nil, ErrClosed
 	}
+	if missing {
+		// Used without the portable layer, which provisions first.
+		if err := t.Provision(ctx); err != nil {
+			return nil, err
+		}
+		p = t.Properties()
+	}
 	// Only an entity with RequiresDuplicateDetection drops a repeated
 	// MessageId; the management API reports a history window on the
 	// others too, and windowOf gives them KindNone.
-	w := windowOf(t.entity, p, t.opts.Stated != nil)
+	w := windowOf(t.entity, p, t.opts.Stated != nil, false)
 	results := make([]driver.SendResult, len(msgs))
 	settle := func(index []int, err error) {
 		now := time.Now()

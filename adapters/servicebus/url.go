@@ -52,15 +52,27 @@ func init() { dedupq.Register(Scheme, &URLOpener{}) }
 //	conn_env            name of the environment variable holding the connection string
 //	kind                queue (default) or topic; a path with /subscriptions/ is a topic
 //	max_message_bytes   with window: the message size limit (default 256 KiB, Standard tier)
+//	sessions            with window: the entity requires sessions (RequiresSession), true or false
+//	                    (default false); with create: create it with sessions
+//	session_idle        Options.SessionIdle: how long a consumer keeps a session with nothing to
+//	                    do before it lets it go (default 1s), on a session entity
+//	create              Options.Create: true creates the queue, or the topic and the subscription,
+//	                    if missing, once the startup checks pass, with the properties window,
+//	                    ack_wait, max_deliveries, max_message_bytes and sessions give (which
+//	                    then describe what to create; duplicate detection over 10m unless
+//	                    window says otherwise); the properties are read, never stated
 //
-// window, ack_wait, max_deliveries and max_batch have the same names on
-// every backend that takes them (see the README's parameter table).
+// window, ack_wait, max_deliveries, max_batch and create have the same
+// names on every backend that takes them (see the README's parameter
+// table).
 //
 // Without window the properties are read through the management API
-// (Manage rights needed). The SDK's management client always speaks HTTPS
-// to the namespace, which the emulator does not serve, so an emulator
-// connection string needs window. A missing or malformed parameter is
-// reported as a *dedupq.ParamError.
+// (Manage rights needed), as they are with create. The SDK's management
+// client always speaks HTTPS to the namespace, which the emulator does not
+// serve, so an emulator connection string needs window, and cannot
+// create. A session entity is consumed through the sessions it accepts
+// (see OpenSessionSubscription): a URL names the entity only. A missing or
+// malformed parameter is reported as a *dedupq.ParamError.
 type URLOpener struct {
 	// ClientOptions are passed to the SDK client. Nil means
 	// ClientOptions(); options given here are used as they are.
@@ -89,7 +101,7 @@ var (
 	subNameRE    = regexp.MustCompile(`^[A-Za-z0-9]([A-Za-z0-9._-]{0,48}[A-Za-z0-9])?$`)
 	envNameRE    = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
 	hostRE       = regexp.MustCompile(`^[A-Za-z0-9.-]+(:[0-9]+)?$|^\[[0-9A-Fa-f:.]+\](:[0-9]+)?$`)
-	knownParams  = []string{"window", "ack_wait", "max_deliveries", "max_batch", "conn_env", "kind", "max_message_bytes"}
+	knownParams  = []string{"window", "ack_wait", "max_deliveries", "max_batch", "conn_env", "kind", "max_message_bytes", "sessions", "session_idle", "create"}
 )
 
 const credentialHint = "put the connection string in an environment variable and name it with conn_env"
@@ -159,16 +171,44 @@ func ParseURL(u *url.URL) (URLConfig, error) {
 		}
 		c.Options.MaxBatch = n
 	}
+	if v := q.Get("session_idle"); v != "" {
+		d, err := time.ParseDuration(v)
+		if err != nil || d < 100*time.Millisecond || d > 10*time.Minute {
+			return c, perr("session_idle", "want a duration from 100ms to 10m")
+		}
+		c.Options.SessionIdle = d
+	}
+	create := false
+	if q.Has("create") {
+		b, err := strconv.ParseBool(q.Get("create"))
+		if err != nil {
+			return c, perr("create", "want true or false")
+		}
+		create = b
+	}
 	w, hasWindow := q["window"]
-	if !hasWindow {
-		for _, k := range []string{"ack_wait", "max_deliveries", "max_message_bytes"} {
+	if !hasWindow && !create {
+		for _, k := range []string{"ack_wait", "max_deliveries", "max_message_bytes", "sessions"} {
 			if q.Has(k) {
-				return c, perr(k, "only meaningful with window, which states the entity's properties instead of reading them")
+				return c, perr(k, "only meaningful with window, which states the entity's properties instead of reading them, or with create=true, which creates the entity with them")
 			}
 		}
 		return c, nil
 	}
 	st := EntityProperties{LockDuration: time.Minute, MaxDeliveryCount: 10, MaxMessageBytes: DefaultMaxMessageBytes}
+	if !hasWindow {
+		// What create=true makes without window: duplicate detection over
+		// Service Bus's default history window, which dedupq's publisher
+		// retries need.
+		w = []string{"10m"}
+	}
+	if q.Has("sessions") {
+		b, err := strconv.ParseBool(q.Get("sessions"))
+		if err != nil {
+			return c, perr("sessions", "want true or false")
+		}
+		st.RequiresSession = b
+	}
 	if w[0] != "none" {
 		d, err := time.ParseDuration(w[0])
 		if err != nil || d < 20*time.Second || d > 7*24*time.Hour {
@@ -197,7 +237,11 @@ func ParseURL(u *url.URL) (URLConfig, error) {
 		}
 		st.MaxMessageBytes = n
 	}
-	c.Options.Stated = &st
+	if create {
+		c.Options.Create = &st
+	} else {
+		c.Options.Stated = &st
+	}
 	return c, nil
 }
 
@@ -297,17 +341,28 @@ func (o *URLOpener) OpenSubscription(ctx context.Context, u *url.URL) (driver.Su
 	if c.Entity.Topic != "" && c.Entity.Subscription == "" {
 		return nil, errors.Join(dedupq.NewParamError(u, "path", "a consumer needs a topic subscription: /topic/subscriptions/name"), client.Close(ctx))
 	}
-	ropts := &azservicebus.ReceiverOptions{ReceiveMode: azservicebus.ReceiveModePeekLock}
-	var r *azservicebus.Receiver
-	if c.Entity.Queue != "" {
-		r, err = client.NewReceiverForQueue(c.Entity.Queue, ropts)
-	} else {
-		r, err = client.NewReceiverForSubscription(c.Entity.Topic, c.Entity.Subscription, ropts)
-	}
+	// The entity decides how to receive: a session entity through the
+	// sessions the Subscription accepts, any other through a Receiver.
+	p, _, err := c.Options.read(ctx, c.Entity)
 	if err != nil {
 		return nil, errors.Join(err, client.Close(ctx))
 	}
-	s, err := openSubscription(ctx, &ownedReceiver{Receiver: r, client: client}, c.Entity, &c.Options)
+	var s *Subscription
+	if p.RequiresSession {
+		s, err = openSessionSubscription(ctx, sdkAcceptor{client: client, entity: c.Entity, owned: true}, c.Entity, &c.Options)
+	} else {
+		ropts := &azservicebus.ReceiverOptions{ReceiveMode: azservicebus.ReceiveModePeekLock}
+		var r *azservicebus.Receiver
+		if c.Entity.Queue != "" {
+			r, err = client.NewReceiverForQueue(c.Entity.Queue, ropts)
+		} else {
+			r, err = client.NewReceiverForSubscription(c.Entity.Topic, c.Entity.Subscription, ropts)
+		}
+		if err != nil {
+			return nil, errors.Join(err, client.Close(ctx))
+		}
+		s, err = openSubscription(ctx, &ownedReceiver{Receiver: r, client: client}, c.Entity, &c.Options)
+	}
 	if err != nil {
 		return nil, errors.Join(err, client.Close(ctx))
 	}

@@ -22,6 +22,8 @@ func TestParseURL(t *testing.T) {
 		entity   servicebus.Entity
 		connEnv  string
 		stated   *servicebus.EntityProperties
+		create   *servicebus.EntityProperties
+		idle     time.Duration
 		badParam string
 	}{
 		{url: "servicebus://ns.servicebus.windows.net/orders", entity: servicebus.Entity{Queue: "orders"}, connEnv: servicebus.DefaultConnEnv},
@@ -31,6 +33,17 @@ func TestParseURL(t *testing.T) {
 			stated: &servicebus.EntityProperties{RequiresDuplicateDetection: true, DuplicateDetectionWindow: 10 * time.Minute, LockDuration: 30 * time.Second, MaxDeliveryCount: 3, MaxMessageBytes: servicebus.DefaultMaxMessageBytes}},
 		{url: "servicebus://localhost/orders?window=none", entity: servicebus.Entity{Queue: "orders"}, connEnv: servicebus.DefaultConnEnv,
 			stated: &servicebus.EntityProperties{LockDuration: time.Minute, MaxDeliveryCount: 10, MaxMessageBytes: servicebus.DefaultMaxMessageBytes}},
+		{url: "servicebus://localhost/orders?window=10m&sessions=true&session_idle=5s", entity: servicebus.Entity{Queue: "orders"}, connEnv: servicebus.DefaultConnEnv, idle: 5 * time.Second,
+			stated: &servicebus.EntityProperties{RequiresDuplicateDetection: true, DuplicateDetectionWindow: 10 * time.Minute, LockDuration: time.Minute, MaxDeliveryCount: 10, MaxMessageBytes: servicebus.DefaultMaxMessageBytes, RequiresSession: true}},
+		{url: "servicebus://ns/orders?create=true&sessions=true&ack_wait=30s", entity: servicebus.Entity{Queue: "orders"}, connEnv: servicebus.DefaultConnEnv,
+			create: &servicebus.EntityProperties{RequiresDuplicateDetection: true, DuplicateDetectionWindow: 10 * time.Minute, LockDuration: 30 * time.Second, MaxDeliveryCount: 10, MaxMessageBytes: servicebus.DefaultMaxMessageBytes, RequiresSession: true}},
+		{url: "servicebus://ns/events/subscriptions/billing?create=true&window=none&max_deliveries=3", entity: servicebus.Entity{Topic: "events", Subscription: "billing"}, connEnv: servicebus.DefaultConnEnv,
+			create: &servicebus.EntityProperties{LockDuration: time.Minute, MaxDeliveryCount: 3, MaxMessageBytes: servicebus.DefaultMaxMessageBytes}},
+		{url: "servicebus://ns/orders?create=false", entity: servicebus.Entity{Queue: "orders"}, connEnv: servicebus.DefaultConnEnv},
+		{url: "servicebus://ns/orders?sessions=true", badParam: "sessions"},
+		{url: "servicebus://ns/orders?create=true&sessions=maybe", badParam: "sessions"},
+		{url: "servicebus://ns/orders?create=yes", badParam: "create"},
+		{url: "servicebus://ns/orders?session_idle=10ms", badParam: "session_idle"},
 		{url: "sqs://ns/orders", badParam: "scheme"},
 		{url: "servicebus://user:secret@ns/orders", badParam: "userinfo"},
 		{url: "servicebus:///orders", badParam: "host"},
@@ -78,6 +91,12 @@ func TestParseURL(t *testing.T) {
 			}
 			if (c.Options.Stated == nil) != (tc.stated == nil) || (tc.stated != nil && *c.Options.Stated != *tc.stated) {
 				t.Errorf("Stated = %+v, want %+v", c.Options.Stated, tc.stated)
+			}
+			if (c.Options.Create == nil) != (tc.create == nil) || (tc.create != nil && *c.Options.Create != *tc.create) {
+				t.Errorf("Create = %+v, want %+v", c.Options.Create, tc.create)
+			}
+			if c.Options.SessionIdle != tc.idle {
+				t.Errorf("SessionIdle = %s, want %s", c.Options.SessionIdle, tc.idle)
 			}
 		})
 	}
@@ -177,6 +196,48 @@ func TestOpenByURL(t *testing.T) {
 	cancel()
 	if err := <-done; err != nil {
 		t.Errorf("Run: %v", err)
+	}
+
+	// A session queue, stated with sessions=true, is consumed through the
+	// sessions the Subscription accepts, and orders.
+	sq := newQueue(t, d, a, servicebus.EntityProperties{RequiresSession: true, RequiresDuplicateDetection: true, DuplicateDetectionWindow: 10 * time.Minute, LockDuration: 30 * time.Second, MaxDeliveryCount: 3})
+	sraw := "servicebus://" + host + "/" + sq + "?conn_env=DEDUPQ_TEST_SB&window=10m&ack_wait=30s&max_deliveries=3&sessions=true&session_idle=200ms"
+	sp, err := dedupq.OpenPublisher(ctx, sraw, dedupq.PublisherOptions{})
+	if err != nil {
+		t.Fatalf("OpenPublisher (sessions): %v", err)
+	}
+	defer sp.Close(context.Background())
+	if _, err := sp.Publish(ctx, &dedupq.Message{ID: "s-1", GroupKey: "g", Body: []byte("in a session")}); err != nil {
+		t.Fatalf("Publish (sessions): %v", err)
+	}
+	sc, err := dedupq.OpenConsumer(ctx, sraw, dedupq.ConsumerOptions{Ordered: true})
+	if err != nil {
+		t.Fatalf("OpenConsumer (sessions, Ordered): %v", err)
+	}
+	defer sc.Close(ctx)
+	sctx, scancel := context.WithCancel(ctx)
+	sgot := make(chan dedupq.Delivery, 1)
+	go func() {
+		done <- sc.Run(sctx, func(_ context.Context, d *dedupq.Delivery) error {
+			select {
+			case sgot <- *d:
+			default:
+			}
+			return nil
+		})
+	}()
+	deadline.Reset(15 * time.Second)
+	select {
+	case dv := <-sgot:
+		if dv.Message.ID != "s-1" || dv.Message.GroupKey != "g" {
+			t.Errorf("delivery %+v, want s-1 in group g", dv)
+		}
+	case <-deadline.C:
+		t.Error("no delivery from the session queue within 15s")
+	}
+	scancel()
+	if err := <-done; err != nil {
+		t.Errorf("Run (sessions): %v", err)
 	}
 
 	// Missing or wrong connection strings are parameter errors.

@@ -80,7 +80,10 @@ func (harness) Open(ctx context.Context, t *testing.T, cfg adaptertest.Config) a
 	if err != nil {
 		t.Fatalf("OpenSubscription: %v", err)
 	}
-	ent := adaptertest.Entity{Topic: tp, Subscription: sub}
+	ent := adaptertest.Entity{Topic: tp, Subscription: sub,
+		AnotherSubscription: func(ctx context.Context) (driver.Subscription, error) {
+			return sqs.OpenSubscription(ctx, c, url, opts)
+		}}
 	if dlq != "" {
 		dead, err := sqs.OpenSubscription(ctx, c, dlq, nil)
 		if err != nil {

@@ -143,6 +143,10 @@ func TestCheckNoServices(t *testing.T) {
 		{golden: "mem-unsafe", args: []string{"check", "--max-attempts", "10", "--max-backoff", "1m", "mem://orders?window=1m&ack_wait=30s"}, wantCode: 1},
 		{golden: "mem-json", args: []string{"check", "--json", "--dedup-ttl", "1m", "mem://orders?window=1m&ack_wait=30s"}, wantCode: 1},
 		{golden: "embedded", args: []string{"check", "--dedup-ttl", "10m", embeddedURL}},
+		// A publisher span (51.5s) beyond the 30s window: an ordered
+		// consumer's check counts the resent copy's wait behind its group.
+		{golden: "mem-ordered", args: []string{"check", "--dedup-ttl", "30m", "--ordered", "mem://orders?window=30s&ack_wait=30s&max_deliveries=5"}, wantCode: 1},
+		{golden: "mem-ordered-backlog", args: []string{"check", "--dedup-ttl", "30m", "--ordered", "--group-backlog", "7", "mem://orders?window=30s&ack_wait=30s&max_deliveries=5"}},
 		{golden: "policy-file", args: []string{"check", "--policy", policy, embeddedURL, "mem://orders?window=10m&ack_wait=30s&max_deliveries=5"},
 			wantCode: 1, replace: map[string]string{policy: "policy.json"}},
 		// The flag beats the file.
@@ -279,9 +283,13 @@ func TestCheckEmulators(t *testing.T) {
 	if err := d.CreateQueue(ctx, "orders", servicebusdouble.QueueConfig{RequiresDuplicateDetection: true, DuplicateDetectionWindow: 10 * time.Minute, LockDuration: 30 * time.Second, MaxDeliveryCount: 3}); err != nil {
 		t.Fatal(err)
 	}
+	if err := d.CreateQueue(ctx, "orders-sessions", servicebusdouble.QueueConfig{RequiresSession: true, RequiresDuplicateDetection: true, DuplicateDetectionWindow: 10 * time.Minute, LockDuration: 30 * time.Second, MaxDeliveryCount: 3}); err != nil {
+		t.Fatal(err)
+	}
 	sbHost := strings.TrimPrefix(strings.SplitN(d.ConnectionString(), ";", 2)[0], "Endpoint=sb://")
 	sbHost = strings.TrimSuffix(sbHost, "/")
 	sbURL := "servicebus://" + sbHost + "/orders?window=10m&ack_wait=30s&max_deliveries=3"
+	sbSessionsURL := "servicebus://" + sbHost + "/orders-sessions?window=10m&ack_wait=30s&max_deliveries=3&sessions=true"
 	sqsURL := "sqs://orders.fifo?region=us-east-1&endpoint=" + emu.Endpoint + "&create=true&ack_wait=30s&max_deliveries=3"
 	env := []string{
 		"SERVICEBUS_CONNECTION_STRING=" + d.ConnectionString(),
@@ -293,6 +301,7 @@ func TestCheckEmulators(t *testing.T) {
 	replace[policy] = "policy.json"
 	for _, c := range []cmdCase{
 		{golden: "servicebus", args: []string{"check", "--dedup-ttl", "1h", sbURL}},
+		{golden: "servicebus-sessions", args: []string{"check", "--dedup-ttl", "1h", "--ordered", "--group-backlog", "10", sbSessionsURL}},
 		{golden: "sqs", args: []string{"check", sqsURL}},
 		{golden: "migration", args: []string{"check", "--policy", policy, sbURL, sqsURL}, wantCode: 1},
 	} {

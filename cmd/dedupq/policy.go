@@ -21,6 +21,8 @@ type policyFlags struct {
 	dedupTTL       time.Duration
 	publisherSpan  time.Duration
 	margin         float64
+	ordered        bool
+	groupBacklog   int
 	retryFlagNames []string
 }
 
@@ -36,6 +38,8 @@ func (f *policyFlags) register(fs *flag.FlagSet) {
 	fs.DurationVar(&f.dedupTTL, "dedup-ttl", 0, "how long the consumers' dedup store remembers a key; declared to the publisher check as ConsumerDedupTTL (0: no consumer-side dedup)")
 	fs.DurationVar(&f.publisherSpan, "publisher-span", 0, "the consumers' ConsumerOptions.PublisherSpan (0: the retry policy's worst-case span)")
 	fs.Float64Var(&f.margin, "margin", 0, "share of a window or TTL kept free (0: the default 20%, negative: none)")
+	fs.BoolVar(&f.ordered, "ordered", false, "the consumers run each group key in order (ConsumerOptions.Ordered): the check counts a resent copy's wait behind its group")
+	fs.IntVar(&f.groupBacklog, "group-backlog", 0, "with --ordered: the most messages published to one group within the publisher span (ConsumerOptions.GroupBacklog)")
 }
 
 // options applies the policy file, under the flags given, and returns
@@ -59,7 +63,7 @@ func (f *policyFlags) options(fs *flag.FlagSet) (dedupq.InspectOptions, error) {
 	}
 	opts := dedupq.InspectOptions{
 		Publisher: dedupq.PublisherOptions{Retry: retry, ConsumerDedupTTL: f.dedupTTL, Margin: f.margin},
-		Consumer:  dedupq.ConsumerOptions{PublisherSpan: f.publisherSpan, Margin: f.margin},
+		Consumer:  dedupq.ConsumerOptions{PublisherSpan: f.publisherSpan, Margin: f.margin, Ordered: f.ordered, GroupBacklog: f.groupBacklog},
 		DedupTTL:  f.dedupTTL,
 	}
 	if !flagSet(fs, "publisher-span") {

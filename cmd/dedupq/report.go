@@ -25,8 +25,14 @@ type report struct {
 	Redelivery *redelivery `json:"redelivery,omitempty"`
 	Retry      *retry      `json:"retry,omitempty"`
 	DedupTTL   string      `json:"dedup_ttl,omitempty"`
-	Publisher  verdict     `json:"publisher"`
-	Consumer   verdict     `json:"consumer"`
+	// Ordering is "kept per group key", or why the subscription cannot
+	// keep it (what an Ordered consumer would be refused with).
+	Ordering string `json:"ordering"`
+	// WorstCaseSpan is what the consumer check asks the dedup TTL to
+	// cover, less the margin (with --ordered, the head-of-line wait too).
+	WorstCaseSpan string  `json:"worst_case_span"`
+	Publisher     verdict `json:"publisher"`
+	Consumer      verdict `json:"consumer"`
 }
 
 type windowJSON struct {
@@ -76,9 +82,14 @@ func newReport(raw string, in *dedupq.Inspection, err error, ttl time.Duration) 
 			Text: in.Redelivery.String(), MaxDeliveries: max(in.Redelivery.MaxDeliveries, 0),
 			AckWait: window.FormatDuration(in.Redelivery.AckWait), Span: window.FormatDuration(in.Redelivery.Span()),
 		},
-		Retry:     &retry{Text: in.Retry.String(), Span: window.FormatDuration(in.Retry.Span())},
-		Publisher: newVerdict(in.Publisher, true),
-		Consumer:  newVerdict(in.Consumer, ttl > 0),
+		Retry:         &retry{Text: in.Retry.String(), Span: window.FormatDuration(in.Retry.Span())},
+		Publisher:     newVerdict(in.Publisher, true),
+		Consumer:      newVerdict(in.Consumer, ttl > 0),
+		Ordering:      "kept per group key",
+		WorstCaseSpan: window.FormatDuration(in.WorstCaseSpan),
+	}
+	if in.Ordering != nil {
+		r.Ordering = "not kept: " + strings.TrimPrefix(in.Ordering.Error(), dedupq.ErrOrderingUnsupported.Error()+": ")
 	}
 	if in.Redelivery.Expires() {
 		r.Redelivery.Expiry = window.FormatDuration(in.Redelivery.Expiry)
@@ -154,6 +165,8 @@ func printText(w io.Writer, reps []report) {
 		} else {
 			fmt.Fprintf(w, "  dedup TTL:   none (no consumer-side dedup declared: --dedup-ttl)\n")
 		}
+		fmt.Fprintf(w, "  ordering:    %s\n", r.Ordering)
+		fmt.Fprintf(w, "  worst case:  %s for the dedup TTL to cover, less the margin\n", r.WorstCaseSpan)
 		printVerdict(w, "publisher", r.Publisher)
 		printVerdict(w, "consumer", r.Consumer)
 	}

@@ -13,6 +13,11 @@
 //
 // An order that no redelivery can make right is dead-lettered: the
 // handler returns it wrapped in dedupq.Permanent.
+//
+// Each order carries its customer as GroupKey (the SessionId), so the
+// program runs unchanged on a session queue (RequiresSession; sessions=true
+// with window states one), where a customer's orders are handled one at a
+// time in the order sent, by one consumer at a time.
 package main
 
 import (
@@ -51,7 +56,7 @@ func run(ctx context.Context, queueURL string) error {
 		{"order-1", `{"amount":10}`}, // resent: duplicate detection drops it
 	}
 	for _, o := range orders {
-		res, err := pub.Publish(ctx, &dedupq.Message{ID: o.id, Body: []byte(o.body)})
+		res, err := pub.Publish(ctx, &dedupq.Message{ID: o.id, GroupKey: "customer-7", Body: []byte(o.body)})
 		if err != nil {
 			return err
 		}

@@ -33,7 +33,8 @@ var byScheme = map[string][]param{
 		{"hash_long_ids", boolean}, {"wait_time", duration}, {"terminate", oneOf("dlq", "delete")}, {"delete_linger", duration},
 		{"create", boolean}, {"max_deliveries", count}},
 	"servicebus": {{"window", durationOr("none")}, {"ack_wait", duration}, {"max_deliveries", count}, {"max_batch", count},
-		{"conn_env", secret}, {"kind", oneOf("queue", "topic")}, {"max_message_bytes", count}},
+		{"conn_env", secret}, {"kind", oneOf("queue", "topic")}, {"max_message_bytes", count},
+		{"create", boolean}, {"sessions", boolean}, {"session_idle", duration}},
 	"pubsub": {{"emulator", secret}, {"publish_timeout", duration}, {"ack_wait", duration}, {"max_extension", duration}, {"max_outstanding", count}},
 }
 

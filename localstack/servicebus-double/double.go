@@ -6,9 +6,10 @@
 // ConnectionString, which sets UseDevelopmentEmulator=true (plain AMQP).
 //
 // The double is only as true as what it models; start.mjs's header lists
-// what it does and does not. In short: queues only (partitioned or not),
-// no sessions, no management (HTTP/ATOM) API — queues are created through this package
-// (CreateQueue), and entity properties reach the adapter through its seam.
+// what it does and does not. In short: queues only (partitioned or not,
+// with sessions or without), no management (HTTP/ATOM) API — queues are
+// created through this package (CreateQueue), and entity properties reach
+// the adapter through its seam.
 package servicebusdouble
 
 import (
@@ -62,6 +63,11 @@ type QueueConfig struct {
 	// detection, one MessageId), and duplicate detection is per
 	// partition key.
 	EnablePartitioning bool
+	// RequiresSession makes the queue a session entity: every message
+	// must carry a SessionId, and receivers accept a session (the next
+	// available one, or one by name) and get its messages only, in order,
+	// under the session's lock.
+	RequiresSession bool
 	// MaxBatchBytes, when set, is the link's
 	// com.microsoft:max-message-batch-size (1 MB on Premium, whose
 	// MaxMessageBytes may be up to 100 MB): the bound of a batch transfer,
@@ -160,6 +166,9 @@ func queueBody(cfg QueueConfig) map[string]any {
 	}
 	if cfg.MaxBatchBytes > 0 {
 		body["maxBatchBytes"] = cfg.MaxBatchBytes
+	}
+	if cfg.RequiresSession {
+		body["requiresSession"] = true
 	}
 	return body
 }

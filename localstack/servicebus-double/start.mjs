@@ -13,7 +13,7 @@
 //
 //	PUT /entities/NAME  {"duplicateDetectionMs":600000,"requiresDuplicateDetection":true,
 //	                      "lockMs":1000,"maxDeliveryCount":5,"maxMessageBytes":262144,
-//	                      "enablePartitioning":false,"maxBatchBytes":0}
+//	                      "enablePartitioning":false,"maxBatchBytes":0,"requiresSession":false}
 //	GET /entities/NAME/deadletters → [{"messageId":…,"reason":…,"description":…}]
 //	DELETE /entities/NAME
 //
@@ -79,11 +79,55 @@
 //   - Lock expiry → redelivery with delivery count + 1; once the count
 //     reaches MaxDeliveryCount the message is dead-lettered
 //     (MaxDeliveryCountExceeded).
+//   - A link gets no more messages than its credit: rhea counts a delivery
+//     against the credit only when it writes it, so the double counts the
+//     ones it queued itself (a link with one credit is handed one message,
+//     not every available one, each locked while it waits in rhea's queue).
+//   - Sessions (requiresSession), as the SDK's SessionReceiver drives them
+//     (azservicebus session_receiver.go, internal/mgmt.go):
+//       - a message without SessionId is refused (amqp:not-allowed, the
+//         service's text); a receiver attach with the source filter
+//         com.microsoft:session-filter (described 0x137000000C) on an
+//         entity without sessions, or without it on a session entity, is
+//         refused with the service's text (amqp:not-allowed: the real
+//         condition is not documented);
+//       - a filter with a SessionId locks that session, or is refused with
+//         com.microsoft:session-cannot-be-locked while another link holds
+//         it; a null filter accepts the next available session: the
+//         unlocked one whose oldest available message is oldest, or,
+//         when none has one, waits up to the link property
+//         com.microsoft:timeout (ms; 60 s without) and is refused with
+//         com.microsoft:timeout. A refusal is an attach with no source
+//         followed by a detach with the error, as the service sends it;
+//       - the attach answer names the session in the source filter and
+//         its lock's expiry in the link property
+//         com.microsoft:locked-until-utc (.NET ticks), which the SDK reads;
+//       - the session lock (LockDuration) covers every message received in
+//         the session (x-opt-locked-until is the session's); a session
+//         receiver gets only its session's messages, in sequence order,
+//         later ones while earlier ones are unsettled; an abandon puts the
+//         message back at its place (delivery count + 1), so it comes
+//         again before the later ones;
+//       - com.microsoft:renew-session-lock on the management link, from
+//         the link that holds the session (associated-link-name), renews
+//         the lock by LockDuration (expiration in the answer); otherwise,
+//         and for a settlement after the lock was lost, the answer is 410
+//         / com.microsoft:session-lock-lost;
+//       - when the lock expires the link is detached with
+//         com.microsoft:session-lock-lost; when the link closes (or its
+//         connection drops) the session is released: either way its
+//         locked messages go back in order, each counted as a delivery,
+//         and the session can be accepted again at once.
+//   - com.microsoft:update-disposition on the management link (the SDK's
+//     fallback when the link a message came on is gone) settles a message
+//     still locked, and answers 410 for a session's message, whose lock
+//     went with its link.
 //
 // What it does NOT model: authentication and token validity (any token is
-// accepted); sessions (SessionId is stored and returned as group_id, but no
-// session locks, no AcceptNextSession, no ordering guarantee per session);
-// partitions themselves (one store, no per-partition order or outage), the
+// accepted); session state (get/set-session-state), listing sessions, and
+// the real broker's grace before a released session can be accepted again;
+// whether the service counts a delivery for a session message given back
+// on a link's close (the double does); partitions themselves (one store, no per-partition order or outage), the
 // rule that PartitionKey must equal SessionId; topics and subscriptions
 // (only queues); the management API (HTTP/ATOM: the tests use the
 // adapter's seam); deferral, scheduling, peek, receive-and-delete mode,
@@ -114,6 +158,7 @@ function newEntity(name, cfg) {
       maxMessageBytes: cfg.maxMessageBytes ?? 256 * 1024,
       enablePartitioning: cfg.enablePartitioning ?? false,
       maxBatchBytes: cfg.maxBatchBytes ?? 0,
+      requiresSession: cfg.requiresSession ?? false,
     },
     seq: 0,
     avail: [],
@@ -121,6 +166,10 @@ function newEntity(name, cfg) {
     seen: new Map(),
     dead: [],
     consumers: new Set(),
+    // Session entities: sessions by SessionId, and the accept-next-session
+    // links waiting for one to become available, oldest first.
+    sessions: new Map(),
+    waiting: [],
     deleted: false,
   };
 }
@@ -236,16 +285,19 @@ function store(ent, m) {
   pump(ent);
 }
 
-function requeue(ent, msg) {
+// requeue makes msg available again at its place in sequence order (so
+// in its session's order), counting the delivery it had; hold skips the
+// pump, for a caller that puts back several messages before any may go.
+function requeue(ent, msg, hold) {
   msg.failures += 1;
   if (msg.failures >= ent.cfg.maxDeliveryCount) {
     deadLetter(ent, msg, "MaxDeliveryCountExceeded", `delivered ${msg.failures} times`);
-    return;
+  } else {
+    const i = ent.avail.findIndex((m) => m.seq > msg.seq);
+    if (i < 0) ent.avail.push(msg);
+    else ent.avail.splice(i, 0, msg);
   }
-  const i = ent.avail.findIndex((m) => m.seq > msg.seq);
-  if (i < 0) ent.avail.push(msg);
-  else ent.avail.splice(i, 0, msg);
-  pump(ent);
+  if (!hold) pump(ent);
 }
 
 function deadLetter(ent, msg, reason, description) {
@@ -260,22 +312,47 @@ function unlock(ent, key) {
   return lock.msg;
 }
 
+// room is how many more messages the client's credit takes on sender:
+// rhea counts a delivery against the credit only once it writes the
+// transfer, after this tick, so sendable() alone would let one pump hand
+// (and lock) every available message to a link with one credit.
+function room(sender) {
+  if (!sender.is_open() || !sender.session.outgoing.available()) return 0;
+  return sender.credit - ((sender.sbSent ?? 0) - sender.delivery_count);
+}
+
 function pump(ent) {
   if (ent.deleted) return;
   debug("pump", ent.name, ent.avail.length, ent.consumers.size, [...ent.consumers].map((s) => `${s.is_open()}/${s.sendable()}`).join(","));
   for (const sender of ent.consumers) {
-    while (ent.avail.length > 0 && sender.is_open() && sender.sendable()) {
-      const msg = ent.avail.shift();
+    // A session receiver gets the messages of its session only, and
+    // only while it holds the session's lock.
+    const ses = sender.sbSession;
+    if (ent.cfg.requiresSession && !ses) continue;
+    while (room(sender) > 0) {
+      const i = ses ? ent.avail.findIndex((m) => m.groupId === ses.id) : ent.avail.length > 0 ? 0 : -1;
+      if (i < 0) break;
+      const [msg] = ent.avail.splice(i, 1);
+      debug("deliver", msg.messageId, ses ? ses.id : "", ent.avail.map((m) => m.messageId).join(","));
       const tag = crypto.randomBytes(16);
       const key = tokenKey(tag);
-      const lockedUntil = Date.now() + ent.cfg.lockMs;
-      const lock = { msg, lockedUntil, timer: undefined };
-      lock.timer = setTimeout(() => {
-        if (ent.locks.get(key) === lock) {
-          ent.locks.delete(key);
-          requeue(ent, msg);
-        }
-      }, ent.cfg.lockMs);
+      let lock;
+      let lockedUntil;
+      if (ses) {
+        // A session message is locked by its session's lock: it has no
+        // timer of its own, and goes back when the session is lost.
+        lockedUntil = ses.lockedUntil;
+        lock = { msg, session: ses, link: sender };
+      } else {
+        lockedUntil = Date.now() + ent.cfg.lockMs;
+        lock = { msg, lockedUntil, timer: undefined };
+        lock.timer = setTimeout(() => {
+          if (ent.locks.get(key) === lock) {
+            ent.locks.delete(key);
+            requeue(ent, msg);
+          }
+        }, ent.cfg.lockMs);
+      }
       ent.locks.set(key, lock);
       const out = {
         message_id: msg.messageId,
@@ -291,10 +368,168 @@ function pump(ent) {
       };
       if (msg.groupId !== undefined) out.group_id = msg.groupId;
       const d = sender.send(out, tag);
+      sender.sbSent = (sender.sbSent ?? 0) + 1;
       d.entity = ent;
       d.lockKey = key;
+      d.sbSession = ses;
     }
   }
+  assignWaiting(ent);
+}
+
+// ---- Sessions ----
+
+const SESSION_FILTER = "com.microsoft:session-filter";
+const SESSION_FILTER_CODE = 0x137000000c;
+// .NET ticks (100 ns since 0001-01-01) of the Unix epoch: the unit of the
+// link property com.microsoft:locked-until-utc.
+const EPOCH_TICKS = 621355968000000000n;
+
+function sessionOf(ent, id) {
+  let ses = ent.sessions.get(id);
+  if (!ses) {
+    ses = { id, owner: undefined, lockedUntil: 0, timer: undefined };
+    ent.sessions.set(id, ses);
+  }
+  return ses;
+}
+
+function renewSession(ent, ses) {
+  clearTimeout(ses.timer);
+  ses.lockedUntil = Date.now() + ent.cfg.lockMs;
+  ses.timer = setTimeout(() => {
+    debug("session lock expired", ent.name, ses.id);
+    releaseSession(ent, ses, {
+      condition: "com.microsoft:session-lock-lost",
+      description: `The session lock has expired on the MessageSession. Accept a new MessageSession. SessionId: ${ses.id}`,
+    });
+  }, ent.cfg.lockMs);
+}
+
+// releaseSession ends the owner's hold of ses (its link closed, or the
+// lock expired, which detaches the link with error): the messages it had
+// locked go back to the session in sequence order, each counted as a
+// delivery, and the session may be accepted again.
+function releaseSession(ent, ses, error) {
+  clearTimeout(ses.timer);
+  const link = ses.owner;
+  ses.owner = undefined;
+  ses.lockedUntil = 0;
+  if (link) link.sbSession = undefined;
+  const back = [];
+  for (const [key, lock] of ent.locks) {
+    if (lock.session === ses) {
+      ent.locks.delete(key);
+      back.push(lock.msg);
+    }
+  }
+  back.sort((a, b) => a.seq - b.seq);
+  for (const msg of back) requeue(ent, msg, true);
+  if (error && link && !link.is_closed()) link.close(error);
+  pump(ent);
+}
+
+// freeSession is the session an accept-next-session gets: the one, not
+// locked, whose oldest available message is the oldest.
+function freeSession(ent) {
+  for (const m of ent.avail) {
+    if (m.groupId === undefined) continue;
+    const ses = sessionOf(ent, m.groupId);
+    if (!ses.owner) return ses;
+  }
+  return undefined;
+}
+
+// grant locks ses to the link and answers the link's attach with the
+// session's ID in the source filter and the lock's expiry in the link
+// properties, which is how the SDK learns both.
+function grant(ent, link, ses) {
+  ses.owner = link;
+  link.sbSession = ses;
+  renewSession(ent, ses);
+  const source = link.remote.attach.source || {};
+  link.set_source({ address: source.address, filter: { [SESSION_FILTER]: types.wrap_described(ses.id, SESSION_FILTER_CODE) } });
+  const ticks = Buffer.alloc(8);
+  ticks.writeBigInt64BE(BigInt(ses.lockedUntil) * 10000n + EPOCH_TICKS);
+  link.local.attach.properties = { ...(link.local.attach.properties || {}), "com.microsoft:locked-until-utc": types.wrap_long(ticks) };
+  link.entity = ent;
+  ent.consumers.add(link);
+  debug("session granted", ent.name, ses.id);
+  if (link.sbDeferred) {
+    link.sbDeferred = false;
+    link.open();
+  }
+}
+
+// refuse answers a link's attach with no source, then detaches it with
+// error: how Service Bus refuses a receiver (go-amqp then reports the
+// detach's error).
+function refuse(link, condition, description) {
+  debug("refuse", condition, description);
+  link.local.attach.source = null;
+  if (link.sbDeferred) {
+    link.sbDeferred = false;
+    link.open();
+  }
+  link.close({ condition, description });
+}
+
+// defer holds back the answer to the link's attach, which rhea has
+// queued already, until grant or refuse sends it.
+function defer(link) {
+  link.state.local_open = false;
+  link.state.open_requests = Math.max(0, link.state.open_requests - 1);
+  link.sbDeferred = true;
+}
+
+function assignWaiting(ent) {
+  while (ent.waiting.length > 0) {
+    const ses = freeSession(ent);
+    if (!ses) return;
+    const w = ent.waiting.shift();
+    clearTimeout(w.timer);
+    if (!w.link.is_remote_open()) continue;
+    grant(ent, w.link, ses);
+    pump(ent);
+  }
+}
+
+function unwait(ent, link) {
+  const i = ent.waiting.findIndex((w) => w.link === link);
+  if (i >= 0) {
+    clearTimeout(ent.waiting[i].timer);
+    ent.waiting.splice(i, 1);
+  }
+}
+
+// openSessionLink answers an attach whose source carries the session
+// filter: a named session is locked at once, or refused while another
+// receiver holds it; a null filter accepts the next available session,
+// waiting for one up to the link's com.microsoft:timeout (60 s without).
+function openSessionLink(ent, s, value) {
+  if (value !== undefined && value !== null) {
+    const ses = sessionOf(ent, String(value));
+    if (ses.owner && ses.owner !== s) {
+      refuse(s, "com.microsoft:session-cannot-be-locked", `The requested session '${ses.id}' cannot be accepted. It may be locked by another receiver.`);
+      return;
+    }
+    grant(ent, s, ses);
+    return;
+  }
+  const ses = freeSession(ent);
+  if (ses) {
+    grant(ent, s, ses);
+    return;
+  }
+  defer(s);
+  const props = s.remote.attach.properties || {};
+  const ms = Number(props["com.microsoft:timeout"] ?? 60000);
+  const w = { link: s, timer: undefined };
+  w.timer = setTimeout(() => {
+    unwait(ent, s);
+    refuse(s, "com.microsoft:timeout", `The operation did not complete within the allotted timeout of ${ms} ms. No session was available.`);
+  }, ms);
+  ent.waiting.push(w);
 }
 
 function lockLost(key) {
@@ -304,9 +539,27 @@ function lockLost(key) {
   };
 }
 
+function sessionLockLost(ses) {
+  return {
+    condition: "com.microsoft:session-lock-lost",
+    description: `The session lock has expired on the MessageSession. Accept a new MessageSession. SessionId: ${ses ? ses.id : ""}`,
+  };
+}
+
+// held is the lock under key when it is still valid: a message's own lock
+// before its expiry, a session message's while its session is held by the
+// link that received it.
+function held(ent, key) {
+  const lock = ent.locks.get(key);
+  if (!lock) return undefined;
+  if (lock.session) return lock.session.owner === lock.link && lock.session.lockedUntil >= Date.now() ? lock : undefined;
+  return lock.lockedUntil >= Date.now() ? lock : undefined;
+}
+
 // settle answers a client's disposition: with rcv-settle-mode second the
 // client waits for the broker to settle, so every outcome is settled here.
 function settle(ctx) {
+  debug("settle", ctx.delivery.remote_state && ctx.delivery.remote_state.constructor.composite_type);
   const d = ctx.delivery;
   if (d.handled) return;
   d.handled = true;
@@ -317,9 +570,9 @@ function settle(ctx) {
     d.update(true);
     return;
   }
-  const lock = ent.locks.get(d.lockKey);
-  if (!lock || lock.lockedUntil < Date.now()) {
-    d.update(true, amqpMessage.rejected({ error: lockLost(d.lockKey) }).described());
+  const lock = held(ent, d.lockKey);
+  if (!lock) {
+    d.update(true, amqpMessage.rejected({ error: d.sbSession ? sessionLockLost(d.sbSession) : lockLost(d.lockKey) }).described());
     return;
   }
   const msg = unlock(ent, d.lockKey);
@@ -374,6 +627,14 @@ function reply(req, status, description, body) {
 
 function management(ent, req) {
   const op = req.application_properties && req.application_properties.operation;
+  if (op === "com.microsoft:renew-session-lock") {
+    renewSessionLock(ent, req);
+    return;
+  }
+  if (op === "com.microsoft:update-disposition") {
+    updateDisposition(ent, req);
+    return;
+  }
   if (op !== "com.microsoft:renew-lock") {
     reply(req, 501, `operation ${op} is not modelled by the double`);
     return;
@@ -398,6 +659,61 @@ function management(ent, req) {
     expirations.push(lock.lockedUntil);
   }
   reply(req, 200, "OK", { expirations: types.wrap_array(expirations, 0x83) });
+}
+
+// renewSessionLock answers com.microsoft:renew-session-lock: the session
+// named in the body, held by the link the request names
+// (associated-link-name), is locked for another LockDuration; otherwise
+// 410, the status the SDK reads as a lost lock.
+function renewSessionLock(ent, req) {
+  const id = req.body && req.body["session-id"];
+  const linkName = req.application_properties["associated-link-name"];
+  const ses = ent.sessions.get(String(id));
+  if (!ses || !ses.owner || ses.lockedUntil < Date.now() || (linkName !== undefined && ses.owner.name !== linkName)) {
+    replyError(req, 410, sessionLockLost(ses ?? { id }));
+    return;
+  }
+  renewSession(ent, ses);
+  reply(req, 200, "OK", { expiration: types.wrap_timestamp(ses.lockedUntil) });
+}
+
+// updateDisposition answers com.microsoft:update-disposition, which the
+// SDK sends when the link a message came on is gone: a message still
+// locked (only a message without a session can be: a session's messages
+// go back when its link closes) is settled; any other answers 410.
+function updateDisposition(ent, req) {
+  const body = req.body || {};
+  const status = body["disposition-status"];
+  for (const t of body["lock-tokens"] || []) {
+    const key = Buffer.isBuffer(t) ? t.toString("hex") : String(t).replaceAll("-", "");
+    const lock = held(ent, key);
+    if (!lock || lock.session) {
+      replyError(req, 410, lockLost(key));
+      return;
+    }
+  }
+  for (const t of body["lock-tokens"] || []) {
+    const key = Buffer.isBuffer(t) ? t.toString("hex") : String(t).replaceAll("-", "");
+    const msg = unlock(ent, key);
+    if (status === "suspended") deadLetter(ent, msg, String(body["deadletter-reason"] ?? ""), String(body["deadletter-description"] ?? ""));
+    else if (status !== "completed") requeue(ent, msg);
+  }
+  reply(req, 200, "OK");
+}
+
+function replyError(req, status, error) {
+  const sender = replyLinks.get(req.reply_to);
+  if (!sender) return;
+  sender.send({
+    correlation_id: req.message_id,
+    application_properties: {
+      "status-code": types.wrap_int(status),
+      "status-description": error.description,
+      statusCode: types.wrap_int(status),
+      statusDescription: error.description,
+      "error-condition": types.wrap_symbol(error.condition),
+    },
+  });
 }
 
 const container = rhea.create_container({ id: "servicebus-double", autoaccept: false });
@@ -428,7 +744,26 @@ container.on("sender_open", (ctx) => {
     s.close({ condition: "amqp:not-found", description: `The messaging entity '${addr}' could not be found.` });
     return;
   }
+  const filter = source.filter || {};
+  const sessionful = Object.prototype.hasOwnProperty.call(filter, SESSION_FILTER);
+  if (ent.cfg.requiresSession !== sessionful) {
+    // The service's words (InvalidOperationException); the AMQP
+    // condition it sends is not documented.
+    refuse(
+      s,
+      "amqp:not-allowed",
+      ent.cfg.requiresSession
+        ? "It is not possible for an entity that requires sessions to create a non-sessionful message receiver."
+        : "It is not possible for an entity that does not require sessions to create a sessionful message receiver.",
+    );
+    return;
+  }
   s.entity = ent;
+  if (sessionful) {
+    const v = filter[SESSION_FILTER];
+    openSessionLink(ent, s, v && typeof v === "object" && "value" in v ? v.value : v);
+    return;
+  }
   ent.consumers.add(s);
 });
 
@@ -496,6 +831,14 @@ container.on("message", (ctx) => {
     }
     msgs = parts.map((p) => amqpMessage.decode(Buffer.from(p)));
   }
+  if (ent.cfg.requiresSession && msgs.some((one) => one.group_id === undefined || one.group_id === null)) {
+    d.reject({
+      condition: "amqp:not-allowed",
+      description:
+        "The SessionId was not set on a message, and it cannot be sent to the entity. Entities that have session support enabled can only receive messages that have the SessionId set to a valid value.",
+    });
+    return;
+  }
   const refusal = batchRefusal(ent, msgs);
   if (refusal) {
     d.reject({ condition: "amqp:not-allowed", description: refusal });
@@ -526,16 +869,34 @@ container.on("sendable", (ctx) => {
   if (ctx.sender.entity) pump(ctx.sender.entity);
 });
 for (const ev of ["accepted", "rejected", "released"]) container.on(ev, settle);
+// gone forgets a client's receiver link: a session it held is released,
+// its locked messages back in the session; an accept it waited on ends.
+function gone(s) {
+  const ent = s.entity;
+  if (!ent) return;
+  ent.consumers.delete(s);
+  unwait(ent, s);
+  if (s.sbDeferred) {
+    // The client gave up waiting for a session (its context ended):
+    // answer the attach it never got before rhea answers its detach.
+    s.sbDeferred = false;
+    s.local.attach.source = null;
+    if (s.session.is_open()) s.open();
+  }
+  if (s.sbSession && s.sbSession.owner === s) releaseSession(ent, s.sbSession);
+}
 for (const ev of ["sender_close", "sender_error"]) {
-  container.on(ev, (ctx) => {
-    const ent = ctx.sender.entity;
-    if (ent) ent.consumers.delete(ctx.sender);
-  });
+  container.on(ev, (ctx) => gone(ctx.sender));
 }
 container.on("connection_close", () => {});
+container.on("session_close", (ctx) => {
+  for (const ent of entities.values()) {
+    for (const s of [...ent.consumers, ...ent.waiting.map((w) => w.link)]) if (s.session === ctx.session) gone(s);
+  }
+});
 container.on("disconnected", (ctx) => {
   for (const ent of entities.values()) {
-    for (const s of ent.consumers) if (s.connection === ctx.connection) ent.consumers.delete(s);
+    for (const s of [...ent.consumers, ...ent.waiting.map((w) => w.link)]) if (s.connection === ctx.connection) gone(s);
   }
   for (const [k, s] of replyLinks) if (s.connection === ctx.connection) replyLinks.delete(k);
 });
@@ -571,6 +932,8 @@ const control = http.createServer((req, res) => {
     if (req.method === "DELETE" && !m[2]) {
       ent.deleted = true;
       for (const key of [...ent.locks.keys()]) unlock(ent, key);
+      for (const ses of ent.sessions.values()) clearTimeout(ses.timer);
+      for (const w of ent.waiting) clearTimeout(w.timer);
       entities.delete(name.toLowerCase());
       return send(200, {});
     }

@@ -1,0 +1,85 @@
+//go:build unix
+
+// Benchmark of ordered groups on the in-memory broker (adapters/mem): what
+// running each GroupKey in order costs against the same work unordered,
+// per message. No services:
+//
+//	go test -run '^$' -bench ConsumeOrderedMem -benchtime 50000x -count 5 .
+//
+// Issue 24's goals read two ratios of the same run: "groups-64" (64
+// groups, Concurrency 64, Ordered) against "unordered" (Concurrency 64),
+// and "hot-group" (every message in one group, Concurrency 64, Ordered)
+// against "unordered-c1" (Concurrency 1): one group can go no faster than
+// one handler at a time.
+package dedupq_test
+
+import (
+	"context"
+	"strconv"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/dedupq/dedupq"
+	"github.com/dedupq/dedupq/adapters/mem"
+	"github.com/dedupq/dedupq/driver"
+)
+
+func BenchmarkConsumeOrderedMem(b *testing.B) {
+	ctx := context.Background()
+	for _, tc := range []struct {
+		name        string
+		groups      int // 0: no GroupKey
+		concurrency int
+	}{
+		{"unordered", 0, 64},
+		{"groups-64", 64, 64},
+		{"unordered-c1", 0, 1},
+		{"hot-group", 1, 64},
+	} {
+		b.Run(tc.name, func(b *testing.B) {
+			broker := mem.NewBroker(mem.Options{DedupWindow: time.Hour, MaxDeliveries: 5})
+			top := broker.Topic("q")
+			body := make([]byte, 256)
+			for i := 0; i < b.N; {
+				batch := make([]*driver.Message, 0, top.MaxBatch())
+				for ; i < b.N && len(batch) < cap(batch); i++ {
+					m := &driver.Message{ID: "m" + strconv.Itoa(i), Body: body}
+					if tc.groups > 0 {
+						m.GroupKey = "g" + strconv.Itoa(i%tc.groups)
+					}
+					batch = append(batch, m)
+				}
+				if _, err := top.SendBatch(ctx, batch); err != nil {
+					b.Fatal(err)
+				}
+			}
+			con, err := dedupq.NewConsumer(ctx, broker.Subscription("q"),
+				dedupq.ConsumerOptions{Concurrency: tc.concurrency, Ordered: tc.groups > 0})
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer con.Close(ctx)
+			runCtx, stop := context.WithCancel(ctx)
+			var handled atomic.Int64
+			b.ReportAllocs()
+			b.ResetTimer()
+			cpu := reportCPU(b)
+			err = con.Run(runCtx, func(context.Context, *dedupq.Delivery) error {
+				if handled.Add(1) == int64(b.N) {
+					stop()
+				}
+				return nil
+			})
+			b.StopTimer()
+			cpu()
+			stop()
+			if err != nil {
+				b.Fatal(err)
+			}
+			if s := con.Stats(); s.Acked != uint64(b.N) {
+				b.Fatalf("acked %d of %d", s.Acked, b.N)
+			}
+		})
+	}
+}
