@@ -63,6 +63,7 @@ import (
 
 	"github.com/dedupq/dedupq/adapters/adaptertest"
 	dpubsub "github.com/dedupq/dedupq/adapters/pubsub"
+	"github.com/dedupq/dedupq/driver"
 )
 
 // server is one Pub/Sub server the tests talk to.
@@ -225,7 +226,12 @@ func (h harness) openOrdered(ctx context.Context, t *testing.T, c *gpubsub.Clien
 	if err != nil {
 		t.Fatalf("OpenSubscription: %v", err)
 	}
-	return adaptertest.Entity{Topic: tp, Subscription: sub}
+	return adaptertest.Entity{Topic: tp, Subscription: sub,
+		// A second process: a subscriber client of its own.
+		AnotherSubscription: func(ctx context.Context) (driver.Subscription, error) {
+			return dpubsub.OpenSubscription(ctx, h.srv.client(t), subName, opts)
+		},
+	}
 }
 
 func TestConformance(t *testing.T) {

@@ -2,9 +2,11 @@ package pubsub_test
 
 // Ordered consumers on subscriptions with message ordering and
 // exactly-once delivery, against pstest and the official emulator (see
-// main_test.go): the refusal of a subscription without ordering, two
-// Consumers (each with its own subscriber client) on one subscription,
-// and the takeover of a key when its Consumer closes mid-group.
+// main_test.go): the refusal of a subscription without ordering, the
+// takeover of a key when its Consumer (with a subscriber client of its
+// own) closes mid-group, and a failed head with a backlog. Two Consumers
+// sharing the keys is the conformance suite's GroupOrderingTwoConsumers
+// (conformance_test.go).
 //
 // What the two servers model of Pub/Sub's ordering, as read in pstest's
 // source (fake.go: orderMsgs, pull, deliver) and probed on the emulator:
@@ -256,45 +258,6 @@ func run(t *testing.T, con *dedupq.Consumer, h dedupq.Handler) (stop func()) {
 func seqOf(d *dedupq.Delivery) int {
 	n, _ := strconv.Atoi(d.Message.Attributes["seq"])
 	return n
-}
-
-// TestOrderedTwoConsumers: two Consumers, each with its own subscriber
-// client, on one ordered subscription: no key's messages ever run at once
-// or out of order, across both, though heads fail and are redelivered.
-func TestOrderedTwoConsumers(t *testing.T) {
-	for _, s := range servers {
-		t.Run(s.name, func(t *testing.T) {
-			e := newOrderedEnv(t, s.srv(t), 0)
-			keys := []string{"k0", "k1", "k2", "k3"}
-			const perKey = 8
-			log := newGroupLog()
-			var failedMu sync.Mutex
-			failed := map[string]bool{}
-			handler := func(who string) dedupq.Handler {
-				return func(_ context.Context, d *dedupq.Delivery) error {
-					key, seq := d.Message.GroupKey, seqOf(d)
-					log.start(who, key, seq, d.Attempt)
-					// The first and fifth of each key fail once: their
-					// followers, already streamed to the client, must wait.
-					failedMu.Lock()
-					fail := (seq == 1 || seq == 5) && !failed[d.Message.ID]
-					failed[d.Message.ID] = true
-					failedMu.Unlock()
-					log.end(key, seq, !fail)
-					if fail {
-						return dedupq.RetryAfter(errors.New("the head fails once"), 200*time.Millisecond)
-					}
-					return nil
-				}
-			}
-			a, b := e.consumer(t, 4), e.consumer(t, 4)
-			run(t, a, handler("A"))
-			run(t, b, handler("B"))
-			e.publish(t, keys, 1, perKey)
-			log.wait(t, keys, perKey, 2*time.Minute)
-			log.check(t)
-		})
-	}
 }
 
 // TestOrderedTakeover: the Consumer running a key's message closes
