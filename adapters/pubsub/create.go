@@ -134,6 +134,6 @@ func (s *Subscription) matches(info SubscriptionInfo) error {
 	default:
 		return nil
 	}
-	return fmt.Errorf("dedupq/pubsub: subscription %s: %w: %s; consume from a new subscription created so (Options.Create, URL parameter create=true)",
+	return fmt.Errorf("dedupq/pubsub: subscription %s: %w: %s; consume from a new subscription created so (Options.Create, URL parameter create)",
 		s.name, ErrSubscriptionMismatch, why)
 }

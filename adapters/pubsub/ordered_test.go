@@ -86,7 +86,7 @@ func TestOrderedRefused(t *testing.T) {
 					t.Fatal("NewConsumer(Ordered) accepted a subscription without message ordering")
 				}
 				if !errors.Is(err, dedupq.ErrOrderingUnsupported) || !errors.Is(err, dpubsub.ErrNoMessageOrdering) ||
-					!strings.Contains(err.Error(), "ordering=true") || !strings.Contains(err.Error(), f.sub) {
+					!strings.Contains(err.Error(), "create, topic and ordering") || !strings.Contains(err.Error(), f.sub) {
 					t.Errorf("NewConsumer(Ordered) = %v; want ErrOrderingUnsupported and ErrNoMessageOrdering naming the subscription and the fix", err)
 				}
 			}

@@ -402,7 +402,13 @@ func (s *Subscription) Redelivery(ctx context.Context) (window.RedeliveryPolicy,
 	}
 	expiry, discovered, _ := info.expiry()
 	r := window.RedeliveryPolicy{AckWait: s.lease, Expiry: expiry, ExpirySource: window.SourceDocumented}
-	if discovered {
+	s.mu.Lock()
+	pending := s.pending
+	s.mu.Unlock()
+	switch {
+	case discovered && pending: // the retention Options.Create will set
+		r.ExpirySource = window.SourceConfigured
+	case discovered:
 		r.ExpirySource = window.SourceDiscovered
 	}
 	if b := s.holdCap() + max(info.MaxBackoff, 0); b > 0 {
@@ -430,7 +436,8 @@ func (s *Subscription) OrdersGroups(ctx context.Context) error {
 	if !info.Ordering {
 		return fmt.Errorf("dedupq/pubsub: subscription %s: %w (EnableMessageOrdering is false), so its ordering keys are delivered in any order;"+
 			" ordering cannot be turned on for an existing subscription: consume from a new one created with message ordering"+
-			" (enable_message_ordering, gcloud --enable-message-ordering, or the URL parameters create=true&topic=TOPIC&ordering=true)",
+			" (enable_message_ordering, gcloud --enable-message-ordering; on an emulator, Options.Create with MessageOrdering:"+
+			" the URL parameters create, topic and ordering)",
 			s.name, ErrNoMessageOrdering)
 	}
 	return nil
