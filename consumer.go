@@ -14,7 +14,6 @@ import (
 	"github.com/dedupq/dedupq/driver"
 	"github.com/dedupq/dedupq/internal/settlectx"
 	"github.com/dedupq/dedupq/window"
-	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/trace"
 )
@@ -29,7 +28,8 @@ var ErrShutdownTimeout = errors.New("dedupq: shutdown timeout: handler cancelled
 type ConsumerOptions struct {
 	// Concurrency is how many handlers run at once; 0 means 1. Where the
 	// subscription keeps the order of a group key (driver.GroupOrderer:
-	// SQS FIFO, mem), the deliveries of one GroupKey run one at a time, in
+	// mem, SQS FIFO, Service Bus sessions, Pub/Sub ordering keys, ordered
+	// JetStream durables; README, "Ordered groups"), the deliveries of one GroupKey run one at a time, in
 	// the broker's order, and different groups run concurrently; a
 	// delivery waiting behind its group's head takes a handler slot (see
 	// Ordered). Without
@@ -248,7 +248,7 @@ func NewConsumer(ctx context.Context, sub driver.Subscription, opts ConsumerOpti
 	if opts.Dedup != nil {
 		c.claims.DedupTTL = opts.Dedup.TTL()
 	}
-	c.tel = newConTelemetry(opts, w, r, opts.Ordered)
+	c.tel = newConTelemetry(opts, w, r, opts.Ordered, destinationOf(sub))
 	return c, nil
 }
 
@@ -587,7 +587,7 @@ func (c *Consumer) handle(p *pipeline, w *worker, j job) error {
 	}
 	lease.stop()
 	if err != nil {
-		span.SetStatus(codes.Error, err.Error())
+		failed(span, err)
 	}
 	if p.settles == nil {
 		c.settleDelivery(ctx, p, w, &in.sctx, d, err)
@@ -705,7 +705,7 @@ func (c *Consumer) settleDelivery(ctx context.Context, p *pipeline, w *worker, s
 	switch {
 	case err == nil:
 		what = "ack"
-	case IsPermanent(err):
+	case IsPermanent(err), c.lastGroupDelivery(p, d):
 		what = "terminate"
 	default:
 		what, delay = "nack", c.nackDelay(p, d, err)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
@@ -25,6 +26,11 @@ var errGroupHeadFailed = errors.New("dedupq: an earlier message of its group fai
 // earlier message was given back and has not come again yet: run now, it
 // would overtake that one.
 var errGroupBlocked = errors.New("dedupq: an earlier message of its group was given back and has not come again; given back to come after it")
+
+// errGroupDuplicate is the cause of the nack of a delivery that waited
+// behind its group's head and was of the same message: a broker's
+// duplicate delivery of a message already settled.
+var errGroupDuplicate = errors.New("dedupq: a duplicate delivery of a message of its group that is settled already; given back")
 
 // errTooLate is the cause of the nack of a delivery given back unhandled
 // because it waited (behind its group's head, or in the driver's client)
@@ -64,16 +70,21 @@ const blockSlack = 250 * time.Millisecond
 type groupDispatch struct {
 	mu      sync.Mutex
 	active  map[string][]job        // a group with a delivery running → those waiting behind it
-	blocked map[string]blockedGroup // a group idle until a given-back delivery comes again
+	blocked map[string]blockedGroup // a group whose given-back deliveries must come again first
 	swept   time.Time               // when blocked was last rid of expired entries
 }
 
-// blockedGroup is a group waiting for its given-back delivery id.
+// blockedGroup is a group waiting for deliveries it gave back to come
+// again, in the group's order: a delivery of the group other than the
+// next of them is given back too, so that none overtakes them (one held
+// by the Consumer for a driver.NackHolder is still in flight to its
+// broker, which streams the group's later messages past it).
 type blockedGroup struct {
-	id string
-	// due is when the broker hands id out again at the earliest; until is
-	// when the group is let go without it (the broker redelivered it
-	// elsewhere, or dropped it).
+	ids  []string        // the given-back messages still to come, in order
+	came map[string]bool // those that came again: their duplicates run as any delivery
+	// due is when the broker hands ids[0] out again at the earliest;
+	// until is when the group is let go without the rest (the broker
+	// redelivered them elsewhere, or dropped them).
 	due, until time.Time
 }
 
@@ -91,7 +102,7 @@ func newGroupDispatch() *groupDispatch {
 // admitAll queues each of jobs (one receive's, in the broker's order)
 // behind its group's running delivery, if its group has one, and returns
 // those that may run now, in place, and those to give back: the ones of a
-// blocked group, other than the delivery it waits for.
+// blocked group that come before the delivery it waits for.
 func (g *groupDispatch) admitAll(jobs []job, now time.Time) (run []job, back []giveBackJob) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
@@ -100,14 +111,9 @@ func (g *groupDispatch) admitAll(jobs []job, now time.Time) (run []job, back []g
 	for _, j := range jobs {
 		key := j.d.Message.GroupKey
 		if key != "" {
-			if b, ok := g.blocked[key]; ok {
-				switch {
-				case !now.Before(b.until), j.d.Message.ID == b.id:
-					delete(g.blocked, key)
-				default:
-					back = append(back, giveBackJob{j, max(b.due.Sub(now), 0) + blockSlack})
-					continue
-				}
+			if delay, ok := g.waitsFor(key, j, now); !ok {
+				back = append(back, giveBackJob{j, delay})
+				continue
 			}
 			if waiting, ok := g.active[key]; ok {
 				g.active[key] = append(waiting, j)
@@ -118,6 +124,80 @@ func (g *groupDispatch) admitAll(jobs []job, now time.Time) (run []job, back []g
 		run = append(run, j)
 	}
 	return run, back
+}
+
+// waitsFor reports whether j, of group key, may be admitted: its group is
+// not blocked, or j is the delivery the block waits for next (or a
+// duplicate of one that came already). If not, it returns the delay to
+// give j back with: due after the one the group waits for.
+func (g *groupDispatch) waitsFor(key string, j job, now time.Time) (time.Duration, bool) {
+	b, ok := g.blocked[key]
+	if !ok {
+		return 0, true
+	}
+	id := j.d.Message.ID
+	switch {
+	case !now.Before(b.until):
+		delete(g.blocked, key)
+		return 0, true
+	case id == b.ids[0]:
+		b.ids, b.due = b.ids[1:], now
+		if len(b.ids) == 0 {
+			delete(g.blocked, key)
+			return 0, true
+		}
+		g.blocked[key] = b
+		g.cameAgain(key, id)
+		return 0, true
+	case b.came[id]:
+		return 0, true
+	}
+	delay := max(b.due.Sub(now), 0) + blockSlack
+	if !slices.Contains(b.ids, id) {
+		b.ids = append(b.ids, id)
+	}
+	b.until = laterOf(b.until, now.Add(delay+blockGrace(j.d)))
+	g.blocked[key] = b
+	return delay, false
+}
+
+// block makes key wait for ids (given back with delay) to come again
+// before anything of the group runs; they come before any the group
+// already waits for.
+func (g *groupDispatch) block(key string, ids []string, now time.Time, delay, grace time.Duration) {
+	if len(ids) == 0 {
+		return
+	}
+	b := g.blocked[key]
+	for _, id := range ids {
+		delete(b.came, id) // given back again: it must come again first
+	}
+	b.ids = append(ids, b.ids...)
+	b.due = now.Add(delay)
+	b.until = laterOf(b.until, now.Add(delay+grace))
+	g.blocked[key] = b
+}
+
+// cameAgain marks id, of blocked group key, as one whose deliveries no
+// longer wait.
+func (g *groupDispatch) cameAgain(key, id string) {
+	b := g.blocked[key]
+	if b.came == nil {
+		b.came = map[string]bool{}
+	}
+	b.came[id] = true
+	g.blocked[key] = b
+}
+
+// blockGrace is how long after its due time a given-back delivery may
+// take to come again before its group is let go without it.
+func blockGrace(d *driver.Delivery) time.Duration { return max(d.Lease, time.Second) }
+
+func laterOf(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
 }
 
 // sweepEvery is how often admitAll forgets blocks that expired without
@@ -147,38 +227,89 @@ func (g *groupDispatch) next(c *Consumer, p *pipeline, j job, err error) (job, b
 		return job{}, false
 	}
 	now := c.clock.Now()
+	// j comes again only if it failed, and not on its last delivery (the
+	// Consumer terminates that one, see lastGroupDelivery).
+	again := err != nil && !IsPermanent(err) && !c.lastGroupDelivery(p, j.d)
 	g.mu.Lock()
 	waiting := g.active[key]
+	var dups []job
+	if !again {
+		// Deliveries of j's message that waited behind it (a broker's
+		// duplicate) are of a message that is settled: given back, they
+		// never come again, so the group must not wait for them.
+		waiting, dups = splitByID(waiting, j.d.Message.ID)
+	}
 	var why error
 	var delay time.Duration
-	// head is the delivery the group waits for once it is given back.
-	head := j
+	var ids []string // what the group waits for, in order
 	switch {
-	case err != nil && !IsPermanent(err):
+	case again:
 		why = errGroupHeadFailed
 		if !errors.Is(err, errTooLate) {
 			delay = c.nackDelay(p, j.d, err)
 		}
+		ids = append(ids, j.d.Message.ID)
 	case len(waiting) == 0:
 	case isDone(p.released):
 		why = ErrClosed
 	case !now.Before(c.claims.ClaimDeadline(waiting[0].received, waiting[0].d.Lease)):
-		why, head = errTooLate, waiting[0]
+		why = errTooLate
 	default:
 		g.active[key] = waiting[1:]
 		g.mu.Unlock()
+		g.giveBackAll(c, p, dups, errGroupDuplicate)
 		return waiting[0], true
 	}
 	delete(g.active, key)
 	if why != nil && why != ErrClosed {
-		g.blocked[key] = blockedGroup{id: head.d.Message.ID, due: now.Add(delay),
-			until: now.Add(delay + max(head.d.Lease, c.redelivery.AckWait, time.Second))}
+		for _, w := range waiting {
+			if !slices.Contains(ids, w.d.Message.ID) {
+				ids = append(ids, w.d.Message.ID)
+			}
+		}
+		g.block(key, ids, now, delay, blockGrace(j.d))
+		if !again {
+			// j is settled: a redelivery of it (its ack lost) runs as a
+			// duplicate instead of waiting behind those given back.
+			g.cameAgain(key, j.d.Message.ID)
+		}
 	}
 	g.mu.Unlock()
+	g.giveBackAll(c, p, dups, errGroupDuplicate)
 	for _, w := range waiting {
 		c.giveBack(p, w, why, delay)
 	}
 	return job{}, false
+}
+
+// giveBackAll gives back js unhandled at once, for reason why.
+func (g *groupDispatch) giveBackAll(c *Consumer, p *pipeline, js []job, why error) {
+	for _, w := range js {
+		c.giveBack(p, w, why, 0)
+	}
+}
+
+// splitByID splits js into those of another message than id and those of
+// id.
+func splitByID(js []job, id string) (others, of []job) {
+	for _, w := range js {
+		if w.d.Message.ID == id {
+			of = append(of, w)
+		} else {
+			others = append(others, w)
+		}
+	}
+	return others, of
+}
+
+// lastGroupDelivery reports whether d, of an ordered group, is its
+// message's last delivery (the broker's MaxDeliveries): failed, it is
+// terminated rather than nacked, since a nack's delay would hold its group
+// past the redelivery span the startup check counts (the broker keeps a
+// nacked message until the delay ends, and only then dead-letters it).
+func (c *Consumer) lastGroupDelivery(p *pipeline, d *driver.Delivery) bool {
+	return p.groups != nil && d.Message.GroupKey != "" &&
+		c.redelivery.MaxDeliveries > 0 && d.Attempt >= c.redelivery.MaxDeliveries
 }
 
 // nackDelay is how long d, failed with err, is kept from redelivery: the

@@ -46,10 +46,15 @@ type PublisherOptions struct {
 	// MeterProvider receives dedupq's publish metrics (OBSERVABILITY.md
 	// lists them); nil means otel.GetMeterProvider().
 	MeterProvider metric.MeterProvider
-	// TracerProvider receives a span per PublishBatch call, whose context
-	// travels to consumers in the message attributes; nil means
-	// otel.GetTracerProvider().
+	// TracerProvider receives a send span per Publish and PublishBatch
+	// call and, for PublishBatch, a create span per message, whose context
+	// travels to consumers in the message attributes (OBSERVABILITY.md);
+	// nil means otel.GetTracerProvider().
 	TracerProvider trace.TracerProvider
+	// NoCreateSpans makes PublishBatch trace the call alone: no create
+	// span per message, and every message carries the send span's
+	// context, so that a batch's messages share one parent.
+	NoCreateSpans bool
 }
 
 // Publisher sends messages with dedup IDs and retries failed sends within
@@ -104,7 +109,7 @@ func NewPublisher(ctx context.Context, topic driver.Topic, opts PublisherOptions
 		limits: topic.Limits(), win: w,
 	}
 	span := retry.Span() + max(topic.HiddenRetrySpan(), 0)
-	p.tel = newPubTelemetry(opts.MeterProvider, opts.TracerProvider, w.Backend, func() (time.Duration, time.Duration) {
+	p.tel = newPubTelemetry(opts, w.Backend, destinationOf(topic), func() (time.Duration, time.Duration) {
 		return p.Window().Duration, span
 	})
 	p.attemptOpts = []metric.AddOption{metric.WithAttributeSet(p.tel.base)}
@@ -174,9 +179,13 @@ func (p *Publisher) Publish(ctx context.Context, m *Message) (Result, error) {
 	}
 	defer p.exit()
 	var results []Result
-	ctx, span := p.tel.startPublish(ctx, 1)
-	defer func() { p.tel.endPublish(ctx, span, results); p.stats.count(results) }()
-	out, results, err := p.prepare(ctx, []*Message{m})
+	var id string
+	if m != nil {
+		id = m.ID
+	}
+	ctx, span := p.tel.startPublish(ctx, id)
+	defer func() { p.tel.endPublish(ctx, span, nil, results); p.stats.count(results) }()
+	out, results, err := p.prepare(ctx, []*Message{m}, nil)
 	if err != nil {
 		if len(results) == 1 {
 			return results[0], results[0].Err
@@ -211,9 +220,9 @@ func (p *Publisher) PublishBatch(ctx context.Context, msgs []*Message) ([]Result
 	}
 	defer p.exit()
 	var results []Result
-	ctx, span := p.tel.startPublish(ctx, len(msgs))
-	defer func() { p.tel.endPublish(ctx, span, results); p.stats.count(results) }()
-	out, results, err := p.prepare(ctx, msgs)
+	ctx, span, spans := p.tel.startBatch(ctx, msgs)
+	defer func() { p.tel.endPublish(ctx, span, spans, results); p.stats.count(results) }()
+	out, results, err := p.prepare(ctx, msgs, spans)
 	if err != nil {
 		return results, err
 	}
@@ -246,14 +255,15 @@ func (p *Publisher) PublishBatch(ctx context.Context, msgs []*Message) ([]Result
 // It checks messages without trace context: with tracing on, the trace
 // attributes PublishBatch adds later count toward the backend's limits too.
 func (p *Publisher) Validate(msgs ...*Message) error {
-	_, _, err := p.prepare(context.Background(), msgs)
+	_, _, err := p.prepare(context.Background(), msgs, nil)
 	return err
 }
 
-// prepare converts and validates msgs, with the trace context of ctx's
-// span injected. If any is invalid, the error is a *BatchError listing
-// every message and nothing may be sent.
-func (p *Publisher) prepare(ctx context.Context, msgs []*Message) ([]*driver.Message, []Result, error) {
+// prepare converts and validates msgs, with their creation context
+// injected: the create span each gets from spans, or ctx's span (see
+// pubTelemetry.inject). If any is invalid, the error is a *BatchError
+// listing every message and nothing may be sent.
+func (p *Publisher) prepare(ctx context.Context, msgs []*Message, spans *batchSpans) ([]*driver.Message, []Result, error) {
 	p.mu.Lock()
 	backend, limits := p.win.Backend, p.limits
 	p.mu.Unlock()
@@ -282,7 +292,7 @@ func (p *Publisher) prepare(ctx context.Context, msgs []*Message) ([]*driver.Mes
 			invalid = append(invalid, err)
 			continue
 		}
-		p.tel.inject(ctx, dm)
+		p.tel.inject(ctx, spans, i, dm)
 		if err := validate(backend, limits, i, dm); err != nil {
 			invalid = append(invalid, err)
 		}

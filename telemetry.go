@@ -3,6 +3,7 @@ package dedupq
 import (
 	"context"
 	"reflect"
+	"slices"
 	"strings"
 	"time"
 
@@ -12,6 +13,7 @@ import (
 	"go.opentelemetry.io/otel/metric"
 	mnoop "go.opentelemetry.io/otel/metric/noop"
 	"go.opentelemetry.io/otel/propagation"
+	semconv "go.opentelemetry.io/otel/semconv/v1.43.0"
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/dedupq/dedupq/driver"
@@ -27,16 +29,75 @@ const instrumentationName = "github.com/dedupq/dedupq"
 const reservedAttrPrefix = "dedupq-"
 
 // Attribute keys on dedupq's metrics and spans. messaging.* follow the
-// OpenTelemetry messaging semantic conventions.
+// OpenTelemetry messaging semantic conventions (v1.43.0).
 const (
-	attrSystem    = attribute.Key("messaging.system")
-	attrOperation = attribute.Key("messaging.operation.type")
-	attrMessageID = attribute.Key("messaging.message.id")
-	attrBatchSize = attribute.Key("messaging.batch.message_count")
-	attrOutcome   = attribute.Key("dedupq.outcome")
-	attrRole      = attribute.Key("dedupq.role")
-	attrAttempt   = attribute.Key("messaging.delivery.attempt")
+	attrSystem       = semconv.MessagingSystemKey
+	attrDestination  = semconv.MessagingDestinationNameKey
+	attrSubscription = semconv.MessagingDestinationSubscriptionNameKey
+	attrOperation    = semconv.MessagingOperationTypeKey
+	attrOpName       = semconv.MessagingOperationNameKey
+	attrMessageID    = semconv.MessagingMessageIDKey
+	attrBatchSize    = semconv.MessagingBatchMessageCountKey
+	attrOutcome      = attribute.Key("dedupq.outcome")
+	attrRole         = attribute.Key("dedupq.role")
+	attrAttempt      = attribute.Key("messaging.delivery.attempt")
 )
+
+// messagingSystem is the messaging.system of a backend (window.Window's
+// Backend): the conventions' well-known value where there is one, which
+// they say must be used, else the backend's own name.
+func messagingSystem(backend string) string {
+	switch backend {
+	case "sqs":
+		return "aws_sqs"
+	case "pubsub":
+		return "gcp_pubsub"
+	}
+	return backend
+}
+
+// destinationOf is what a driver's Topic or Subscription names as its
+// destination (driver.DestinationNamer); the zero Destination otherwise.
+func destinationOf(x any) driver.Destination {
+	if n, ok := x.(driver.DestinationNamer); ok {
+		return n.Destination()
+	}
+	return driver.Destination{}
+}
+
+// baseAttrs are the attributes of every instrument and span of one
+// publisher or consumer: the system, and the destination where the driver
+// names it.
+func baseAttrs(system string, dest driver.Destination) []attribute.KeyValue {
+	kvs := []attribute.KeyValue{attrSystem.String(system)}
+	if dest.Name != "" {
+		kvs = append(kvs, attrDestination.String(dest.Name))
+	}
+	if dest.Subscription != "" {
+		kvs = append(kvs, attrSubscription.String(dest.Subscription))
+	}
+	return kvs
+}
+
+// spanName is the conventions' span name: the operation, then the
+// destination where it is known.
+func spanName(op string, dest driver.Destination) string {
+	if dest.Name == "" {
+		return op
+	}
+	return op + " " + dest.Name
+}
+
+// failed marks span as failed by err: its status, and error.type (the
+// conventions require it on a failed operation's span). Only a recording
+// span is told: the type is read by reflection.
+func failed(span trace.Span, err error) {
+	if !span.IsRecording() {
+		return
+	}
+	span.SetStatus(codes.Error, err.Error())
+	span.SetAttributes(semconv.ErrorType(err))
+}
 
 // Publish outcomes (dedupq.outcome on dedupq.publish.messages).
 const (
@@ -99,8 +160,15 @@ func (c *wireCarrier) Keys() []string     { return []string{"traceparent", "trac
 
 // pubTelemetry is a Publisher's instruments.
 type pubTelemetry struct {
-	tracer     trace.Tracer
-	base       attribute.Set
+	tracer trace.Tracer
+	base   attribute.Set
+	// The spans' names and attributes, made once: sendAttrs for a send
+	// span, createAttrs for a message's create span.
+	sendName, createName   string
+	sendAttrs, createAttrs []attribute.KeyValue
+	// creates is whether PublishBatch makes a create span per message
+	// (not PublisherOptions.NoCreateSpans).
+	creates    bool
 	published  metric.Int64Counter
 	attempts   metric.Int64Counter
 	retryDelay metric.Float64Histogram
@@ -138,7 +206,6 @@ type conTelemetry struct {
 	recordOpts  []metric.RecordOption
 	outcomeOpts map[string][]metric.AddOption
 	processName string
-	system      string
 	handlerOpts []trace.SpanStartOption
 	consumed    metric.Int64Counter
 	handlerDur  metric.Float64Histogram
@@ -151,13 +218,15 @@ type conTelemetry struct {
 // span of each of its deliveries, so that a delivery's span gets all its
 // attributes at its start, where a sampler sees them, without building an
 // option, an attribute slice and the interface holding it per delivery:
-// kvs[2:] are the delivery's, set before each start, and opts[1] holds
-// kvs for good. Tracers copy the attributes of their options during Start
-// (trace.NewSpanStartConfig appends them to a config of their own), so the
-// value is free again once Start returns. carrier holds the delivery's
-// trace context headers while they are extracted.
+// the last two of kvs are the delivery's (id, attempt), set before each
+// start, and opts[1] holds kvs for good. Tracers copy the attributes of
+// their options during Start (trace.NewSpanStartConfig appends them to a
+// config of their own), so the value is free again once Start returns.
+// carrier holds the delivery's trace context headers while they are
+// extracted.
 type processStart struct {
-	kvs     [4]attribute.KeyValue
+	kvs     []attribute.KeyValue
+	id      int // kvs[id] is the delivery's ID, kvs[id+1] its attempt
 	opts    [2]trace.SpanStartOption
 	carrier wireCarrier
 }
@@ -167,10 +236,11 @@ func (t *conTelemetry) newProcessStart() *processStart {
 	if t.tracer == nil {
 		return nil
 	}
-	s := &processStart{}
-	s.kvs[0], s.kvs[1] = attrSystem.String(t.system), attrOperation.String("process")
+	s := &processStart{kvs: append(t.base.ToSlice(), attrOperation.String("process"), attrOpName.String("process"))}
+	s.id = len(s.kvs)
+	s.kvs = append(s.kvs, attrMessageID.String(""), attrAttempt.Int(0))
 	s.opts[0] = trace.WithSpanKind(trace.SpanKindConsumer)
-	s.opts[1] = trace.WithAttributes(s.kvs[:]...)
+	s.opts[1] = trace.WithAttributes(s.kvs...)
 	return s
 }
 
@@ -267,19 +337,29 @@ func (g windowGauges) register(m metric.Meter, attrs attribute.Set, read func() 
 	return reg
 }
 
-func newPubTelemetry(mp metric.MeterProvider, tp trace.TracerProvider, system string, read func() (win, span time.Duration)) *pubTelemetry {
-	m := meterOr(mp)
+// newPubTelemetry makes the instruments of a publisher on backend (the
+// window's Backend) sending to dest; opts gives the providers and
+// NoCreateSpans.
+func newPubTelemetry(opts PublisherOptions, backend string, dest driver.Destination, read func() (win, span time.Duration)) *pubTelemetry {
+	m := meterOr(opts.MeterProvider)
+	base := baseAttrs(messagingSystem(backend), dest)
 	t := &pubTelemetry{
-		tracer: tracerOr(tp),
-		base:   attribute.NewSet(attrSystem.String(system)),
+		tracer:     tracerOr(opts.TracerProvider),
+		base:       attribute.NewSet(base...),
+		sendName:   spanName("send", dest),
+		createName: spanName("create", dest),
+		creates:    !opts.NoCreateSpans,
 	}
+	t.sendAttrs = append(slices.Clip(base), attrOperation.String("send"), attrOpName.String("send"))
+	t.createAttrs = append(slices.Clip(base), attrOperation.String("create"), attrOpName.String("create"))
 	t.published, _ = m.Int64Counter("dedupq.publish.messages", metric.WithUnit("{message}"),
 		metric.WithDescription("Messages whose publish ended, by dedupq.outcome: stored, broker_duplicate, refused, maybe_sent."))
 	t.attempts, _ = m.Int64Counter("dedupq.publish.attempts", metric.WithUnit("{attempt}"),
 		metric.WithDescription("Sends of one message to the broker, first tries and retries alike."))
 	t.retryDelay, _ = m.Float64Histogram("dedupq.publish.retry_delay", metric.WithUnit("s"),
-		metric.WithDescription("Backoff waited before a publish retry."))
-	t.reg = newWindowGauges(m).register(m, attribute.NewSet(attrSystem.String(system), attrRole.String("publisher")), read)
+		metric.WithDescription("Backoff waited before a publish retry."),
+		metric.WithExplicitBucketBoundaries(0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60))
+	t.reg = newWindowGauges(m).register(m, attribute.NewSet(append(slices.Clip(base), attrRole.String("publisher"))...), read)
 	for i, o := range outcomeNames {
 		t.outcomeOpts[i] = []metric.AddOption{withOutcome(t.base, o)}
 	}
@@ -287,18 +367,19 @@ func newPubTelemetry(mp metric.MeterProvider, tp trace.TracerProvider, system st
 }
 
 // newConTelemetry makes the instruments of a consumer reading the broker
-// window w with redelivery policy r. Its gauges report what the startup
-// check compares: the span opts.plan asks the dedup TTL to cover and,
-// with a Deduplicator, that TTL, so that a dashboard shows the margin.
-func newConTelemetry(opts ConsumerOptions, w window.Window, r window.RedeliveryPolicy, ordered bool) *conTelemetry {
-	system := w.Backend
-	t := &conTelemetry{base: attribute.NewSet(attrSystem.String(system))}
+// window w with redelivery policy r (ordered: a subscription that keeps a
+// group's order) from dest. Its gauges report what the startup check
+// compares: the span opts.plan asks the dedup TTL to cover and, with a
+// Deduplicator, that TTL, so that a dashboard shows the margin.
+func newConTelemetry(opts ConsumerOptions, w window.Window, r window.RedeliveryPolicy, ordered bool, dest driver.Destination) *conTelemetry {
+	base := baseAttrs(messagingSystem(w.Backend), dest)
+	t := &conTelemetry{base: attribute.NewSet(base...)}
 	if !tracingOff(opts.TracerProvider) {
 		t.tracer = tracerOr(opts.TracerProvider)
 		if opts.TracerProvider == nil && idleGlobal(otel.GetTracerProvider(), t.tracer) {
 			t.idleGlobal = otel.GetTracerProvider()
 		}
-		t.processName, t.system = "process "+system, system
+		t.processName = spanName("process", dest)
 		if opts.HandlerSpan {
 			t.handlerOpts = []trace.SpanStartOption{trace.WithSpanKind(trace.SpanKindInternal)}
 		}
@@ -317,13 +398,14 @@ func newConTelemetry(opts ConsumerOptions, w window.Window, r window.RedeliveryP
 	t.consumed, _ = m.Int64Counter("dedupq.consume.deliveries", metric.WithUnit("{delivery}"),
 		metric.WithDescription("Deliveries settled, by dedupq.outcome: ack, nack, terminate, and settle_failed for a settle the broker did not take."))
 	t.handlerDur, _ = m.Float64Histogram("dedupq.handler.duration", metric.WithUnit("s"),
-		metric.WithDescription("Time the user's handler ran, without the dedup store's calls."))
+		metric.WithDescription("Time the user's handler ran, without the dedup store's calls."),
+		metric.WithExplicitBucketBoundaries(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60))
 	t.attempt, _ = m.Int64Histogram("dedupq.consume.delivery_attempt", metric.WithUnit("{attempt}"),
 		metric.WithDescription("Delivery.Attempt of each delivery received: 1 for a first delivery."),
 		metric.WithExplicitBucketBoundaries(1, 2, 3, 5, 10, 20, 50))
 	t.leaseExt, _ = m.Int64Counter("dedupq.consume.lease_extensions", metric.WithUnit("{extension}"),
 		metric.WithDescription("Lease extensions of deliveries whose handler outlived half the lease, by dedupq.outcome: ok, error."))
-	t.reg = registerConsumerGauges(m, attribute.NewSet(attrSystem.String(system), attrRole.String("consumer")), opts, w, r, ordered)
+	t.reg = registerConsumerGauges(m, attribute.NewSet(append(slices.Clip(base), attrRole.String("consumer"))...), opts, w, r, ordered)
 	t.recordOpts = []metric.RecordOption{metric.WithAttributeSet(t.base)}
 	t.outcomeOpts = map[string][]metric.AddOption{}
 	for _, o := range []string{"ack", "nack", "terminate", "settle_failed", "ok", "error"} {
@@ -376,17 +458,57 @@ func withOutcome(base attribute.Set, outcome string) metric.MeasurementOption {
 	return metric.WithAttributes(kvs...)
 }
 
-// startPublish starts the span of one PublishBatch call of n messages.
-func (t *pubTelemetry) startPublish(ctx context.Context, n int) (context.Context, trace.Span) {
-	system, _ := t.base.Value(attrSystem)
-	return t.tracer.Start(ctx, "send "+system.AsString(), trace.WithSpanKind(trace.SpanKindProducer),
-		trace.WithAttributes(attrSystem.String(system.AsString()), attrOperation.String("send"), attrBatchSize.Int(n)))
+// startPublish starts the send span of one Publish call, of the message
+// whose ID is id: its context is the message's creation context.
+func (t *pubTelemetry) startPublish(ctx context.Context, id string) (context.Context, trace.Span) {
+	return t.tracer.Start(ctx, t.sendName, trace.WithSpanKind(trace.SpanKindProducer),
+		trace.WithAttributes(t.sendAttrs...), trace.WithAttributes(attrMessageID.String(id)))
 }
 
-// inject puts the trace context of ctx on m, so that consumers continue
-// the trace. Without a valid span context (tracing off and no caller span)
-// it adds nothing, so that no attribute is spent on it.
-func (t *pubTelemetry) inject(ctx context.Context, m *driver.Message) {
+// batchSpans are the create spans of one PublishBatch call's messages, as
+// the messaging conventions recommend for a batch: each message gets a
+// create span of its own (kind producer, a child of the caller's context,
+// which the message carries to its consumers), and the call's send span
+// (kind client) links to each.
+type batchSpans struct {
+	parent  context.Context // the caller's
+	send    trace.Span
+	creates []trace.Span // by message index; nil for one refused before its span
+}
+
+// startBatch starts the send span of one PublishBatch call of msgs and
+// returns its context and the call's batchSpans, whose create spans
+// inject starts. They are nil when the send span records nothing (no
+// SDK, or not sampled), where a message's create span would not record
+// either, and with PublisherOptions.NoCreateSpans: then each message
+// carries the send span's context, and the send span is the producer.
+func (t *pubTelemetry) startBatch(ctx context.Context, msgs []*Message) (context.Context, trace.Span, *batchSpans) {
+	kind := trace.SpanKindProducer
+	if t.creates {
+		kind = trace.SpanKindClient
+	}
+	sctx, span := t.tracer.Start(ctx, t.sendName, trace.WithSpanKind(kind),
+		trace.WithAttributes(t.sendAttrs...), trace.WithAttributes(attrBatchSize.Int(len(msgs))))
+	if !t.creates || !span.IsRecording() {
+		return sctx, span, nil
+	}
+	return sctx, span, &batchSpans{parent: ctx, send: span, creates: make([]trace.Span, len(msgs))}
+}
+
+// inject puts the creation context of message i of a PublishBatch call
+// (b, nil for a Publish call or without create spans) on m, so that
+// consumers continue the trace: its create span's, started here, once m's
+// ID is known; else the span context of ctx. Without a valid span context
+// (tracing off and no caller span) it adds nothing, so that no attribute
+// is spent on it.
+func (t *pubTelemetry) inject(ctx context.Context, b *batchSpans, i int, m *driver.Message) {
+	if b != nil {
+		var span trace.Span
+		ctx, span = t.tracer.Start(b.parent, t.createName, trace.WithSpanKind(trace.SpanKindProducer),
+			trace.WithAttributes(t.createAttrs...), trace.WithAttributes(attrMessageID.String(m.ID)))
+		b.creates[i] = span
+		b.send.AddLink(trace.Link{SpanContext: span.SpanContext()})
+	}
 	if !trace.SpanContextFromContext(ctx).IsValid() {
 		return
 	}
@@ -396,10 +518,21 @@ func (t *pubTelemetry) inject(ctx context.Context, m *driver.Message) {
 	traceContext.Inject(ctx, attrCarrier(m.Attributes))
 }
 
-// endPublish records each message's outcome on the meter and the span.
-func (t *pubTelemetry) endPublish(ctx context.Context, span trace.Span, results []Result) {
+// endPublish records each message's outcome on the meter and the spans,
+// and ends them: the send span, and b's create spans (nil for none).
+func (t *pubTelemetry) endPublish(ctx context.Context, span trace.Span, b *batchSpans, results []Result) {
 	var n [len(outcomeNames)]int64
-	for _, r := range results {
+	var firstErr error
+	for i, r := range results {
+		if r.Err != nil && firstErr == nil {
+			firstErr = r.Err
+		}
+		if b != nil && b.creates[i] != nil {
+			if r.Err != nil {
+				failed(b.creates[i], r.Err)
+			}
+			b.creates[i].End()
+		}
 		switch {
 		case r.Err == nil && r.Duplicate:
 			n[1]++
@@ -416,8 +549,9 @@ func (t *pubTelemetry) endPublish(ctx context.Context, span trace.Span, results 
 			t.published.Add(ctx, c, t.outcomeOpts[i]...)
 		}
 	}
-	if n[2]+n[3] > 0 {
+	if firstErr != nil && span.IsRecording() {
 		span.SetStatus(codes.Error, "some messages were not stored")
+		span.SetAttributes(semconv.ErrorType(firstErr))
 	}
 	span.End()
 }
@@ -445,7 +579,7 @@ func (t *conTelemetry) traceHandler(h Handler) Handler {
 		}
 		if err != nil && span.IsRecording() {
 			span.RecordError(err)
-			span.SetStatus(codes.Error, err.Error())
+			failed(span, err)
 		}
 		span.End()
 		return err
@@ -483,9 +617,9 @@ func (t *conTelemetry) startDelivery(ctx context.Context, s *processStart, d *dr
 	if !t.spans() {
 		return ctx, offSpan
 	}
-	s.kvs[2], s.kvs[3] = attrMessageID.String(d.Message.ID), attrAttempt.Int(d.Attempt)
+	s.kvs[s.id], s.kvs[s.id+1] = attrMessageID.String(d.Message.ID), attrAttempt.Int(d.Attempt)
 	ctx, span := t.tracer.Start(ctx, t.processName, s.opts[:]...)
-	s.kvs[2] = attribute.KeyValue{} // not to keep the ID alive
+	s.kvs[s.id] = attrMessageID.String("") // not to keep the ID alive
 	return ctx, span
 }
 

@@ -127,7 +127,7 @@ func TestGlobalTracerProviderInstalledLate(t *testing.T) {
 	var process, handler sdktrace.ReadOnlySpan
 	for _, s := range rec.Ended() {
 		switch {
-		case s.Name() == "process mem" && process == nil:
+		case s.Name() == "process q" && process == nil:
 			process = s
 		case s.Name() == "dedupq.handler" && handler == nil:
 			handler = s

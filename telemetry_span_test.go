@@ -60,7 +60,7 @@ func TestProcessSpanAttributes(t *testing.T) {
 	}
 	seen := map[string]bool{}
 	for _, s := range rec.Ended() {
-		if s.Name() != "process mem" {
+		if s.Name() != "process q" {
 			continue
 		}
 		attrs := map[attribute.Key]attribute.Value{}
@@ -72,7 +72,8 @@ func TestProcessSpanAttributes(t *testing.T) {
 			t.Errorf("two process spans of message %q", id)
 		}
 		seen[id] = true
-		if s.SpanKind() != trace.SpanKindConsumer || len(attrs) != 4 || attrs["messaging.system"].AsString() != "mem" ||
+		if s.SpanKind() != trace.SpanKindConsumer || len(attrs) != 6 || attrs["messaging.system"].AsString() != "mem" ||
+			attrs["messaging.destination.name"].AsString() != "q" || attrs["messaging.operation.name"].AsString() != "process" ||
 			attrs["messaging.operation.type"].AsString() != "process" || attrs["messaging.delivery.attempt"].AsInt64() != 1 {
 			t.Errorf("process span of %q: kind %v, attributes %v", id, s.SpanKind(), s.Attributes())
 		}
@@ -87,8 +88,8 @@ func TestProcessSpanAttributes(t *testing.T) {
 			continue // the handler's span
 		}
 		starts++
-		if _, ok := attrs["messaging.message.id"]; !ok || len(attrs) != 4 {
-			t.Errorf("the sampler saw %v at a process span's start, want its 4 attributes", attrs)
+		if _, ok := attrs["messaging.message.id"]; !ok || len(attrs) != 6 {
+			t.Errorf("the sampler saw %v at a process span's start, want its 6 attributes", attrs)
 		}
 	}
 	if starts != n {
@@ -197,18 +198,11 @@ func TestOneSpanPerDeliveryByDefault(t *testing.T) {
 	for _, handlerSpan := range []bool{false, true} {
 		t.Run("HandlerSpan="+strconv.FormatBool(handlerSpan), func(t *testing.T) {
 			ctx := context.Background()
-			rec := tracetest.NewSpanRecorder()
-			tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec))
-			broker := mem.NewBroker(mem.Options{DedupWindow: 2 * time.Minute})
-			pub, err := dedupq.NewPublisher(ctx, broker.Topic("q"), dedupq.PublisherOptions{TracerProvider: tp})
-			if err != nil {
+			tr := newTraced(t, dedupq.PublisherOptions{})
+			if _, err := tr.pub.Publish(ctx, &dedupq.Message{ID: "a"}); err != nil {
 				t.Fatal(err)
 			}
-			defer pub.Close(ctx)
-			if _, err := pub.Publish(ctx, &dedupq.Message{ID: "a"}); err != nil {
-				t.Fatal(err)
-			}
-			con, err := dedupq.NewConsumer(ctx, broker.Subscription("q"), dedupq.ConsumerOptions{TracerProvider: tp, HandlerSpan: handlerSpan})
+			con, err := dedupq.NewConsumer(ctx, tr.broker.Subscription("orders"), dedupq.ConsumerOptions{TracerProvider: tr.tp, HandlerSpan: handlerSpan})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -233,16 +227,16 @@ func TestOneSpanPerDeliveryByDefault(t *testing.T) {
 			}
 			_ = con.Close(ctx)
 			var process, handler sdktrace.ReadOnlySpan
-			for _, s := range rec.Ended() {
+			for _, s := range tr.rec.Ended() {
 				switch s.Name() {
-				case "process mem":
+				case "process orders":
 					process = s
 				case "dedupq.handler":
 					handler = s
 				}
 			}
 			if process == nil {
-				t.Fatalf("no process span in %v", rec.Ended())
+				t.Fatalf("no process span in %v", tr.rec.Ended())
 			}
 			want := process.SpanContext().SpanID()
 			if handlerSpan {

@@ -131,14 +131,75 @@ func StoreName(s Store) string {
 	return name
 }
 
-// timedStore wraps a Store to time every operation and count its errors,
-// once for all stores. An operation is timed only while the histogram is
-// enabled (Enabled: an SDK installed that keeps it): under the API's global
-// provider before an SDK is installed, which the Guard cannot tell from
-// one that will be, that saves two clock reads and a Record per
-// operation.
-type timedStore struct {
-	Store
+// StoreOp is a store operation, as dedupq.store.op on the histogram
+// dedupq.store.duration.
+type StoreOp int
+
+// The operations of the Store interface; a deduplicator that does not call
+// a Store (pgstore.TxGuard) times its statements as the one each does the
+// work of.
+const (
+	OpClaim StoreOp = iota
+	OpExtend
+	OpComplete
+	OpRelease
+	numOps
+)
+
+// String is the operation's dedupq.store.op.
+func (op StoreOp) String() string {
+	switch op {
+	case OpClaim:
+		return "claim"
+	case OpExtend:
+		return "extend"
+	case OpComplete:
+		return "complete"
+	}
+	return "release"
+}
+
+// StoreTimer times store operations as the histogram
+// dedupq.store.duration: every call a Guard makes to its Store, and the
+// statements of a deduplicator outside this package (pgstore.TxGuard). An
+// operation is timed only while the histogram is enabled (Enabled: an SDK
+// installed that keeps it): under the API's global provider before an SDK
+// is installed, which cannot be told from one that will be, that saves two
+// clock reads and a Record per operation. The zero value times nothing.
+type StoreTimer struct{ t *storeTimer }
+
+// NewStoreTimer returns a timer on mp (nil: the global provider) labelled
+// with store's name (see StoreName).
+func NewStoreTimer(mp metric.MeterProvider, store Store) StoreTimer {
+	gm, m := newGuardMetrics(mp, store)
+	return StoreTimer{t: newStoreTimer(m, gm.store)}
+}
+
+// Start starts timing one operation, to be ended by the Timing's Done.
+func (s StoreTimer) Start(ctx context.Context) Timing {
+	if s.t == nil || !s.t.duration.Enabled(ctx) {
+		return Timing{}
+	}
+	return Timing{t: s.t, start: time.Since(s.t.epoch)}
+}
+
+// Timing is one operation being timed (StoreTimer.Start).
+type Timing struct {
+	t     *storeTimer
+	start time.Duration // since t.epoch
+}
+
+// Done records the operation op, which ended with err (its error.type:
+// lease_lost, unavailable, canceled or error).
+func (m Timing) Done(ctx context.Context, op StoreOp, err error) {
+	if m.t != nil {
+		m.t.record(ctx, op, m.start, err)
+	}
+}
+
+// storeTimer is a StoreTimer's histogram and the attributes it records
+// with.
+type storeTimer struct {
 	duration metric.Float64Histogram
 	// attrs holds each op's store and op attributes, built once: a map
 	// looked up per operation cost a string hash each time.
@@ -151,36 +212,13 @@ type timedStore struct {
 	epoch time.Time
 }
 
-// storeOp is a Store operation, as dedupq.store.op.
-type storeOp int
-
-const (
-	opClaim storeOp = iota
-	opExtend
-	opComplete
-	opRelease
-	numOps
-)
-
-func (op storeOp) String() string {
-	switch op {
-	case opClaim:
-		return "claim"
-	case opExtend:
-		return "extend"
-	case opComplete:
-		return "complete"
-	}
-	return "release"
-}
-
-// newTimedStore returns s timed on m, or s itself when m is nil (metrics
-// off).
-func newTimedStore(s Store, m metric.Meter, store attribute.KeyValue) Store {
+// newStoreTimer returns the timer of store's operations on m, nil when m
+// is (metrics off).
+func newStoreTimer(m metric.Meter, store attribute.KeyValue) *storeTimer {
 	if m == nil {
-		return s
+		return nil
 	}
-	t := &timedStore{Store: s, store: store, epoch: time.Now()}
+	t := &storeTimer{store: store, epoch: time.Now()}
 	t.duration, _ = m.Float64Histogram("dedupq.store.duration", metric.WithUnit("s"),
 		metric.WithDescription("Duration of dedup store operations, by dedupq.store, dedupq.store.op and, on failure, error.type."),
 		metric.WithExplicitBucketBoundaries(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5))
@@ -191,7 +229,7 @@ func newTimedStore(s Store, m metric.Meter, store attribute.KeyValue) Store {
 }
 
 // record times op, started at start (time.Since(t.epoch) then).
-func (t *timedStore) record(ctx context.Context, op storeOp, start time.Duration, err error) {
+func (t *storeTimer) record(ctx context.Context, op StoreOp, start time.Duration, err error) {
 	d := (time.Since(t.epoch) - start).Seconds()
 	if err == nil {
 		t.duration.Record(ctx, d, t.attrs[op]...)
@@ -209,42 +247,46 @@ func (t *timedStore) record(ctx context.Context, op storeOp, start time.Duration
 	t.duration.Record(ctx, d, metric.WithAttributes(t.store, attribute.String("dedupq.store.op", op.String()), attribute.String("error.type", kind)))
 }
 
-func (t *timedStore) Claim(ctx context.Context, key, fingerprint string, lease time.Duration) (Claim, error) {
-	if !t.duration.Enabled(ctx) {
-		return t.Store.Claim(ctx, key, fingerprint, lease)
+// timedStore wraps a Store to time every operation and count its errors,
+// once for all stores.
+type timedStore struct {
+	Store
+	timer StoreTimer
+}
+
+// newTimedStore returns s timed on m, or s itself when m is nil (metrics
+// off).
+func newTimedStore(s Store, m metric.Meter, store attribute.KeyValue) Store {
+	if m == nil {
+		return s
 	}
-	start := time.Since(t.epoch)
+	return &timedStore{Store: s, timer: StoreTimer{t: newStoreTimer(m, store)}}
+}
+
+func (t *timedStore) Claim(ctx context.Context, key, fingerprint string, lease time.Duration) (Claim, error) {
+	m := t.timer.Start(ctx)
 	c, err := t.Store.Claim(ctx, key, fingerprint, lease)
-	t.record(ctx, opClaim, start, err)
+	m.Done(ctx, OpClaim, err)
 	return c, err
 }
 
 func (t *timedStore) Extend(ctx context.Context, key, token string, lease time.Duration) error {
-	if !t.duration.Enabled(ctx) {
-		return t.Store.Extend(ctx, key, token, lease)
-	}
-	start := time.Since(t.epoch)
+	m := t.timer.Start(ctx)
 	err := t.Store.Extend(ctx, key, token, lease)
-	t.record(ctx, opExtend, start, err)
+	m.Done(ctx, OpExtend, err)
 	return err
 }
 
 func (t *timedStore) Complete(ctx context.Context, key, token string, ttl time.Duration, result []byte) error {
-	if !t.duration.Enabled(ctx) {
-		return t.Store.Complete(ctx, key, token, ttl, result)
-	}
-	start := time.Since(t.epoch)
+	m := t.timer.Start(ctx)
 	err := t.Store.Complete(ctx, key, token, ttl, result)
-	t.record(ctx, opComplete, start, err)
+	m.Done(ctx, OpComplete, err)
 	return err
 }
 
 func (t *timedStore) Release(ctx context.Context, key, token string) error {
-	if !t.duration.Enabled(ctx) {
-		return t.Store.Release(ctx, key, token)
-	}
-	start := time.Since(t.epoch)
+	m := t.timer.Start(ctx)
 	err := t.Store.Release(ctx, key, token)
-	t.record(ctx, opRelease, start, err)
+	m.Done(ctx, OpRelease, err)
 	return err
 }

@@ -60,7 +60,8 @@ type ConsumerPlan struct {
 	Ordered bool
 	// GroupBacklog bounds, for an ordered consumer, how many messages of
 	// one group can be stored between two copies of one message: those
-	// published to the group within PublisherSpan. It matters only when
+	// published to the group within PublisherSpan, the message's own
+	// copies beyond the second included. It matters only when
 	// the publishers' span does not fit the window (a resend is then a
 	// second copy); zero there means no bound was declared, and no TTL
 	// covers the plan.

@@ -53,6 +53,12 @@ func testTraceContext(t *testing.T, s *suite) {
 	if send == nil || process == nil {
 		t.Fatalf("want a send span and a process span for %s; recorded %d spans", m.ID, len(rec.Ended()))
 	}
+	// The driver names its destination (driver.DestinationNamer), the same
+	// on both ends, for the spans' messaging.destination.name.
+	if d := attrOf(send.Attributes(), "messaging.destination.name"); d == "" || d != attrOf(process.Attributes(), "messaging.destination.name") {
+		t.Errorf("messaging.destination.name: send span %q, process span %q; want the same destination on both",
+			d, attrOf(process.Attributes(), "messaging.destination.name"))
+	}
 	for _, sp := range rec.Ended() {
 		if sp.Name() == "dedupq.handler" {
 			t.Errorf("a dedupq.handler span by default (ConsumerOptions.HandlerSpan is off)")
@@ -76,4 +82,13 @@ func hasAttr(kvs []attribute.KeyValue, key, value string) bool {
 		}
 	}
 	return false
+}
+
+func attrOf(kvs []attribute.KeyValue, key string) string {
+	for _, kv := range kvs {
+		if string(kv.Key) == key {
+			return kv.Value.AsString()
+		}
+	}
+	return ""
 }

@@ -8,6 +8,8 @@ import (
 
 	gpubsub "cloud.google.com/go/pubsub/v2"
 	pb "cloud.google.com/go/pubsub/v2/apiv1/pubsubpb"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	"github.com/dedupq/dedupq/driver"
 	"github.com/dedupq/dedupq/window"
@@ -26,6 +28,9 @@ type Topic struct {
 
 	mu     sync.Mutex
 	closed bool
+	// pending: the topic was missing at open and Options.Create will
+	// make it (Provision).
+	pending bool
 	// flushing counts client Publishers still sending an attempt's
 	// messages after SendBatch returned; Close waits for them.
 	flushing sync.WaitGroup
@@ -34,7 +39,8 @@ type Topic struct {
 var _ driver.Topic = (*Topic)(nil)
 
 // OpenTopic opens topic (an ID in the client's project, or
-// projects/P/topics/ID) for publishing, after checking that it exists. The
+// projects/P/topics/ID) for publishing, after checking that it exists
+// (unless Options.Create will make it: see Provision). The
 // caller keeps ownership of client. Use a client from NewClient: with one
 // whose Publish calls retry, HiddenRetrySpan is Options.PublishTimeout (see
 // the package doc).
@@ -64,8 +70,23 @@ func openTopic(ctx context.Context, client *gpubsub.Client, owns bool, topic str
 // Name is the topic's full resource name.
 func (t *Topic) Name() string { return t.name }
 
+// check reads the topic, which must exist unless Options.Create will make
+// it.
 func (t *Topic) check(ctx context.Context) error {
-	if _, err := t.client.TopicAdminClient.GetTopic(ctx, &pb.GetTopicRequest{Topic: t.name}); err != nil {
+	t.mu.Lock()
+	pending := t.pending
+	t.mu.Unlock()
+	if pending {
+		return nil
+	}
+	_, err := t.client.TopicAdminClient.GetTopic(ctx, &pb.GetTopicRequest{Topic: t.name})
+	switch {
+	case err == nil:
+	case t.opts.Create && status.Code(err) == codes.NotFound:
+		t.mu.Lock()
+		t.pending = true
+		t.mu.Unlock()
+	default:
 		return fmt.Errorf("dedupq/pubsub: reading topic %s: %w", t.name, err)
 	}
 	return nil
@@ -83,7 +104,13 @@ func (t *Topic) Window(ctx context.Context) (window.Window, error) {
 	if err := t.check(ctx); err != nil {
 		return window.Window{}, err
 	}
-	return noWindow(t.name), nil
+	w := noWindow(t.name)
+	t.mu.Lock()
+	if t.pending {
+		w.Scope += ", to be created"
+	}
+	t.mu.Unlock()
+	return w, nil
 }
 
 // HiddenRetrySpan is zero when the client's own Publish retries are off,

@@ -30,7 +30,9 @@ import (
 	"github.com/dedupq/dedupq/dedup"
 	"github.com/dedupq/dedupq/dedup/pgstore"
 	"github.com/dedupq/dedupq/dedup/storetest"
+	"github.com/dedupq/dedupq/internal/testutil"
 
+	"go.opentelemetry.io/otel/attribute"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 )
@@ -768,6 +770,26 @@ func TestTxGuard(t *testing.T) {
 	// The same decisions as the metric a Guard reports.
 	if got, want := decisions(t, reader), map[string]int64{"ran": 1, "failed": 1, "suppressed_duplicate": 1, "fingerprint_conflict": 1}; !maps.Equal(got, want) {
 		t.Fatalf("dedupq.dedup.decisions = %v, want %v", got, want)
+	}
+	// Its statements timed as a Guard's store calls: four claims (two
+	// takes, then two reads of the completed record), the failed run's
+	// rollback as a release, the commit as a complete; no failure.
+	for _, w := range []struct {
+		op    string
+		count uint64
+	}{{"claim", 4}, {"complete", 1}, {"release", 1}} {
+		_, n := testutil.HistogramTotals(t, reader, "dedupq.store.duration", func(s attribute.Set) bool {
+			st, _ := s.Value("dedupq.store")
+			op, _ := s.Value("dedupq.store.op")
+			_, failed := s.Value("error.type")
+			return st.AsString() == "pgstore" && op.AsString() == w.op && !failed
+		})
+		if n != w.count {
+			t.Errorf("dedupq.store.duration{dedupq.store.op=%s}: %d points, want %d", w.op, n, w.count)
+		}
+	}
+	if _, n := testutil.HistogramTotals(t, reader, "dedupq.store.duration", nil); n != 6 {
+		t.Errorf("dedupq.store.duration: %d points in all, want 6", n)
 	}
 	// The effect committed with the key's completion record.
 	if c, err := store.Claim(ctx, "order-7", dedup.BodyFingerprint(&d(5, "pay 10").Message), time.Hour); err != nil || c.State != dedup.Completed {

@@ -66,13 +66,21 @@ func (s *Store) Do(ctx context.Context, key, fingerprint string, ttl time.Durati
 	if ttl <= 0 {
 		return Outcome{}, fmt.Errorf("pgstore: do %q: ttl %s is not positive", key, ttl)
 	}
+	return s.doTimed(ctx, key, fingerprint, ttl, fn, dedup.StoreTimer{})
+}
+
+// doTimed is Do with its statements timed on timer (TxGuard's): the
+// transaction's start and the record's take or read as OpClaim, the
+// record's completion and the commit as OpComplete, the rollback after fn
+// failed as OpRelease; fn's own time is not counted.
+func (s *Store) doTimed(ctx context.Context, key, fingerprint string, ttl time.Duration, fn TxFunc, timer dedup.StoreTimer) (Outcome, error) {
 	// One claim budget for every attempt of this call, not one each.
 	var claimBy time.Time
 	if budget, ok := ctx.Value(claimBudgetKey{}).(time.Duration); ok {
 		claimBy = time.Now().Add(budget)
 	}
 	for attempt := 0; ; attempt++ {
-		out, again, err := s.do(ctx, claimBy, key, fingerprint, ttl, fn)
+		out, again, err := s.do(ctx, claimBy, key, fingerprint, ttl, fn, timer)
 		if !again || attempt == 10 {
 			return out, err
 		}
@@ -83,7 +91,7 @@ func (s *Store) Do(ctx context.Context, key, fingerprint string, ttl time.Durati
 // may still take to claim its key: its claim deadline, less now.
 type claimBudgetKey struct{}
 
-func (s *Store) do(ctx context.Context, claimBy time.Time, key, fingerprint string, ttl time.Duration, fn TxFunc) (out Outcome, again bool, err error) {
+func (s *Store) do(ctx context.Context, claimBy time.Time, key, fingerprint string, ttl time.Duration, fn TxFunc, timer dedup.StoreTimer) (out Outcome, again bool, err error) {
 	// The claim (the transaction's start and the record's take, or the
 	// read of a record already there) ends by claimBy, where TxGuard gave
 	// a delivery's claim deadline: a database that answers only after it
@@ -95,9 +103,12 @@ func (s *Store) do(ctx context.Context, claimBy time.Time, key, fingerprint stri
 		claimCtx, cancel = context.WithDeadline(ctx, claimBy)
 		defer cancel()
 	}
+	claiming := timer.Start(ctx)
 	tx, commitFinishes, err := s.begin(claimCtx)
 	if err != nil {
-		return Outcome{}, false, fail(ctx, "do", key, err)
+		err = fail(ctx, "do", key, err)
+		claiming.Done(ctx, dedup.OpClaim, err)
+		return Outcome{}, false, err
 	}
 	// After a commit this is a no-op; on every other path, a panic in fn
 	// included, it undoes the record with fn's writes.
@@ -105,7 +116,9 @@ func (s *Store) do(ctx context.Context, claimBy time.Time, key, fingerprint stri
 
 	tag, err := tx.Exec(claimCtx, s.takeSQL, s.ns, key, claimtoken.New(fingerprint), fingerprint, micros(ttl))
 	if err != nil {
-		return Outcome{}, retryable(err), fail(ctx, "do", key, err)
+		err = fail(ctx, "do", key, err)
+		claiming.Done(ctx, dedup.OpClaim, err)
+		return Outcome{}, retryable(err), err
 	}
 	if tag.RowsAffected() == 0 {
 		var completed, free bool
@@ -116,10 +129,16 @@ func (s *Store) do(ctx context.Context, claimBy time.Time, key, fingerprint stri
 		switch {
 		case errors.Is(err, pgx.ErrNoRows) || (err == nil && free):
 			// Deleted or expired between the two statements: start over.
+			claiming.Done(ctx, dedup.OpClaim, nil)
 			return Outcome{}, true, nil
 		case err != nil:
-			return Outcome{}, false, fail(ctx, "do", key, err)
+			err = fail(ctx, "do", key, err)
+			claiming.Done(ctx, dedup.OpClaim, err)
+			return Outcome{}, false, err
 		}
+		// The statements answered: what they found is a decision, not the
+		// store's failure.
+		claiming.Done(ctx, dedup.OpClaim, nil)
 		state := dedup.InProgress
 		if completed {
 			state = dedup.Completed
@@ -133,10 +152,22 @@ func (s *Store) do(ctx context.Context, claimBy time.Time, key, fingerprint stri
 		return Outcome{Result: result}, false, nil
 	}
 
+	claiming.Done(ctx, dedup.OpClaim, nil)
+
 	// ctx carries tx too, so that code fn calls finds it with Tx.
 	result, err := fn(context.WithValue(ctx, txKey{}, tx), tx)
 	if err != nil {
-		if tx.Conn().IsClosed() && !errors.Is(err, dedup.ErrStoreUnavailable) {
+		// Read before the rollback, which gives a pool's connection back.
+		broken := tx.Conn().IsClosed()
+		// Rolled back here rather than by the deferred call, to time it:
+		// it gives the key back, as a Guard's Release does.
+		releasing := timer.Start(ctx)
+		rerr := tx.Rollback(context.WithoutCancel(ctx))
+		if rerr != nil {
+			rerr = fail(ctx, "do: rollback", key, rerr)
+		}
+		releasing.Done(ctx, dedup.OpRelease, rerr)
+		if broken && !errors.Is(err, dedup.ErrStoreUnavailable) {
 			// The connection broke under fn: the database failed, not
 			// fn, and the retry that ErrStoreUnavailable asks for is
 			// safe, since nothing of fn's committed.
@@ -157,23 +188,35 @@ func (s *Store) do(ctx context.Context, claimBy time.Time, key, fingerprint stri
 	if len(result) == 0 {
 		result = nil // stored as none
 	}
+	completing := timer.Start(ctx)
+	if err := s.complete(ctx, tx, key, result, ttl, commitFinishes); err != nil {
+		completing.Done(ctx, dedup.OpComplete, err)
+		return Outcome{}, false, err
+	}
+	completing.Done(ctx, dedup.OpComplete, nil)
+	return Outcome{Ran: true, Result: bytes.Clone(result)}, false, nil
+}
+
+// complete records key as completed with result, where the commit does
+// not (commitFinishes), and commits tx.
+func (s *Store) complete(ctx context.Context, tx pgx.Tx, key string, result []byte, ttl time.Duration, commitFinishes bool) error {
 	if result != nil || !commitFinishes {
-		tag, err = tx.Exec(ctx, s.finishSQL(), s.ns, key, result, micros(ttl))
+		tag, err := tx.Exec(ctx, s.finishSQL(), s.ns, key, result, micros(ttl))
 		if err != nil {
-			return Outcome{}, false, fail(ctx, "do", key, err)
+			return fail(ctx, "do", key, err)
 		}
 		if tag.RowsAffected() != 1 {
-			return Outcome{}, false, errRecordRemoved(key)
+			return errRecordRemoved(key)
 		}
 	}
 	if err := tx.Commit(ctx); err != nil {
 		var pgErr *pgconn.PgError
 		if errors.As(err, &pgErr) && pgErr.Code == "42704" && strings.Contains(pgErr.Message, recordRemovedSetting) {
-			return Outcome{}, false, errRecordRemoved(key)
+			return errRecordRemoved(key)
 		}
-		return Outcome{}, false, fail(ctx, "do: commit", key, err)
+		return fail(ctx, "do: commit", key, err)
 	}
-	return Outcome{Ran: true, Result: bytes.Clone(result)}, false, nil
+	return nil
 }
 
 // recordRemovedSetting names a setting that nobody sets: Do's commit
@@ -271,6 +314,7 @@ type TxGuard struct {
 	fingerprint func(*dedupq.Message) string
 	clock       clock.Clock
 	decisions   dedup.DecisionCounter
+	timer       dedup.StoreTimer
 	stats       struct {
 		ran, failed, suppressed, deferred, conflicts, unavailable, emptyKey atomic.Uint64
 	}
@@ -292,8 +336,11 @@ type TxGuardOptions struct {
 	// dedup.BodyFingerprint, as for the Guard.
 	Fingerprint func(*dedupq.Message) string
 	// MeterProvider receives the TxGuard's decisions as
-	// dedupq.dedup.decisions with dedupq.store=pgstore, as a Guard's; nil
-	// means otel.GetMeterProvider().
+	// dedupq.dedup.decisions with dedupq.store=pgstore, as a Guard's, and
+	// the time of its statements as dedupq.store.duration (the
+	// transaction's start and the record's take as op claim, the record's
+	// completion and the commit as complete, the rollback after a failed
+	// handler as release); nil means otel.GetMeterProvider().
 	MeterProvider metric.MeterProvider
 	// Clock reads a delivery's claim deadline (dedupq.Delivery's
 	// ClaimDeadline, from the Consumer's clock); nil means the real
@@ -309,7 +356,8 @@ func NewTxGuard(s *Store, o TxGuardOptions) (*TxGuard, error) {
 	if o.Fingerprint == nil {
 		o.Fingerprint = dedup.BodyFingerprint
 	}
-	return &TxGuard{store: s, ttl: o.TTL, fingerprint: o.Fingerprint, clock: clock.Or(o.Clock), decisions: dedup.NewDecisionCounter(o.MeterProvider, s)}, nil
+	return &TxGuard{store: s, ttl: o.TTL, fingerprint: o.Fingerprint, clock: clock.Or(o.Clock),
+		decisions: dedup.NewDecisionCounter(o.MeterProvider, s), timer: dedup.NewStoreTimer(o.MeterProvider, s)}, nil
 }
 
 // TTL implements dedupq.Deduplicator.
@@ -389,9 +437,9 @@ func (g *TxGuard) Wrap(h dedupq.Handler) dedupq.Handler {
 			}
 			ctx = context.WithValue(ctx, claimBudgetKey{}, left)
 		}
-		out, err := g.store.Do(ctx, d.Message.ID, g.fingerprint(&d.Message), g.ttl, func(ctx context.Context, _ pgx.Tx) ([]byte, error) {
+		out, err := g.store.doTimed(ctx, d.Message.ID, g.fingerprint(&d.Message), g.ttl, func(ctx context.Context, _ pgx.Tx) ([]byte, error) {
 			return nil, h(ctx, d) // ctx carries the transaction: see Tx
-		})
+		}, g.timer)
 		g.count(ctx, out, err)
 		if errors.Is(err, dedup.ErrFingerprintMismatch) {
 			return dedupq.Permanent(err)

@@ -26,11 +26,11 @@ func TestRun(t *testing.T) {
 		t.Errorf("last line %q, want stored=3 broker_duplicates=1 acked=3 ran=3\n%s", last, out.String())
 	}
 	for _, want := range []string{
-		"dedupq.publish.messages{dedupq.outcome=stored,messaging.system=jetstream} 3",
-		"dedupq.publish.messages{dedupq.outcome=broker_duplicate,messaging.system=jetstream} 1",
-		"dedupq.consume.deliveries{dedupq.outcome=ack,messaging.system=jetstream} 3",
+		"dedupq.publish.messages{dedupq.outcome=stored,messaging.destination.name=OBS,messaging.system=jetstream} 3",
+		"dedupq.publish.messages{dedupq.outcome=broker_duplicate,messaging.destination.name=OBS,messaging.system=jetstream} 1",
+		"dedupq.consume.deliveries{dedupq.outcome=ack,messaging.destination.name=OBS,messaging.destination.subscription.name=worker,messaging.system=jetstream} 3",
 		"dedupq.dedup.decisions{dedupq.outcome=ran,dedupq.store=memstore} 3",
-		"dedupq.window (s){dedupq.role=publisher,messaging.system=jetstream} 120",
+		"dedupq.window (s){dedupq.role=publisher,messaging.destination.name=OBS,messaging.system=jetstream} 120",
 	} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("output lacks %q:\n%s", want, out.String())

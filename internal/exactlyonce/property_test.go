@@ -11,6 +11,31 @@
 // zero (Margin < 0) every refused plan has a schedule that runs the effect
 // twice (with the one documented exception, see window's package doc).
 //
+// Ordered plans (a third of them) give the message a GroupKey and the
+// consumer ConsumerPlan.Ordered: the mem broker then holds the group
+// behind its head, and B other messages of the group ("fillers", sent
+// once each within the span; the adversary picks when, and how long each
+// holds the group) stand between the first copy and a resend. Truthful
+// means GroupBacklog ≥ B plus the copies of the message the publisher can
+// store beyond two: a third copy stands between the first and the last as
+// a filler would (counting only the other messages, random schedules with
+// 4 attempts ran the effect twice). The theorem holds for them as stated,
+// and every receive of a message of the group is checked to come after
+// every message stored before it in the group has ended (the order the
+// model rests on). At margin zero a refused ordered plan is shown tight
+// with the declared backlog, or without one with the smallest backlog
+// whose bound the TTL misses. mem's exception carries over: the first
+// copy holds the group after its completion for at most R − Backoff[0],
+// so T down to max(P, R − Backoff[0]) + (B+1)·R is safe there
+// (memOrderedBand). A plan whose GroupBacklog is below its real backlog
+// is outside the theorem; where the check refuses the real backlog, the
+// worst schedule must run the effect twice, and some such plans the check
+// accepted only because of the lie: the refusal is needed. Order across
+// several messages of a group under the real dispatcher (groups.go) is
+// tested in the root package (groups_property_test.go): here each
+// delivery is its own process, and mem never hands out a group's next
+// message while one is in flight.
+//
 // Run longer with DEDUPQ_PROPERTY_SCHEDULES=1000000 go test -run
 // TestStartupCheckIsATheorem ./internal/exactlyonce/ (DEDUPQ_PROPERTY_SEED
 // picks another seed).
@@ -103,6 +128,18 @@ func genPlan(r *rand.Rand) plan {
 	if span > 0 && (p.window <= 0 || span > p.window) {
 		beyond = span
 	}
+	// scale makes room for the plan's margin in half the plans that have
+	// one, so that the TTL's usable part lands on the bound.
+	scale := func(ttl time.Duration) time.Duration {
+		if p.margin > 0 || p.margin == 0 && r.IntN(2) == 0 {
+			m := p.margin
+			if m == 0 {
+				m = window.DefaultMargin
+			}
+			ttl = time.Duration(float64(ttl) / (1 - m)).Truncate(time.Millisecond)
+		}
+		return max(ttl, time.Millisecond)
+	}
 	need := addSat(red, beyond)
 	if need >= window.Forever/4 {
 		p.ttl = ms(r, time.Second, 24*time.Hour)
@@ -118,14 +155,27 @@ func genPlan(r *rand.Rand) plan {
 			band, band-time.Millisecond,
 			ms(r, need/2, 2*need), ms(r, need/2, 2*need), ms(r, need, 2*need),
 			ms(r, time.Second, red))
-		if p.margin > 0 || p.margin == 0 && r.IntN(2) == 0 {
-			m := p.margin
-			if m == 0 {
-				m = window.DefaultMargin
-			}
-			p.ttl = time.Duration(float64(p.ttl) / (1 - m)).Truncate(time.Millisecond)
+		p.ttl = scale(p.ttl)
+	}
+	if r.IntN(3) == 0 {
+		p.ordered = true
+		p.backlog = pick(r, 0, 1, 1, 2, 3, 5)
+		b := trueBacklog(p)
+		switch c := r.IntN(10); {
+		case c < 6:
+			p.declaredBacklog = b
+		case c < 7:
+			p.declaredBacklog = b + 1 + r.IntN(2)
+		default: // under-declared, or none declared
+			p.declaredBacklog = r.IntN(b + 1)
 		}
-		p.ttl = max(p.ttl, time.Millisecond)
+		// With a second copy, the TTL near the head-of-line bound for the
+		// real backlog and for the declared one.
+		needO := func(b int) time.Duration { return orderedSpan(beyond, red, b) }
+		if hi := needO(max(b, p.declaredBacklog)); beyond > 0 && hi < window.Forever/4 {
+			d := pick(r, b, b, p.declaredBacklog, max(b-1, 0))
+			p.ttl = scale(pick(r, needO(d), needO(d)-time.Millisecond, needO(d)+time.Millisecond, need, ms(r, hi/2, 2*hi)))
+		}
 	}
 	switch c := r.IntN(20); {
 	case c < 5:
@@ -139,6 +189,47 @@ func genPlan(r *rand.Rand) plan {
 		p.publisherSpan = span + ms(r, 0, time.Minute)
 	}
 	return p
+}
+
+// orderedSpan is window's head-of-line bound, max(P, R) + (B+1)·R, for a
+// second copy P after the first behind b messages of its group.
+func orderedSpan(p, r time.Duration, b int) time.Duration {
+	return afterHolds(max(p, r), r, b+1)
+}
+
+// afterHolds is start plus n holds of the group, r each.
+func afterHolds(start, r time.Duration, n int) time.Duration {
+	for range n {
+		start = addSat(start, r)
+	}
+	return start
+}
+
+// extraCopies is how many copies of the message beyond two its publisher
+// can store: each stands in the group between the first copy and the last
+// as another message of the group would, and holds the group as long. The
+// copies are stored at least a window apart, all within the span.
+func extraCopies(p plan) int {
+	span := copySpan(p.retry)
+	if span == 0 {
+		return 0
+	}
+	n := max(p.retry.MaxAttempts, 1)
+	if p.window > 0 && span < window.Forever {
+		n = min(n, 1+int((span-1)/p.window))
+	}
+	return max(n-2, 0)
+}
+
+// trueBacklog is the most messages of the group an ordered plan can
+// store between two copies of its message (ConsumerPlan.GroupBacklog
+// counts them): the fillers, and the copies in between.
+func trueBacklog(p plan) int { return p.backlog + extraCopies(p) }
+
+// twoCopies reports whether the publisher can store a second copy.
+func twoCopies(p plan) bool {
+	span := copySpan(p.retry)
+	return span > 0 && (p.window <= 0 || span > p.window)
 }
 
 func addSat(a, b time.Duration) time.Duration {
@@ -164,7 +255,8 @@ func checks(p plan) (pub, con error) {
 		return err, err
 	}
 	pub = window.CheckPublisher(window.PublisherPlan{Retry: p.retry, Window: w, DedupTTL: p.declaredTTL, Margin: p.margin})
-	con = window.CheckConsumer(window.ConsumerPlan{Redelivery: red, Window: w, DedupTTL: p.ttl, PublisherSpan: p.publisherSpan, Margin: p.margin})
+	con = window.CheckConsumer(window.ConsumerPlan{Redelivery: red, Window: w, DedupTTL: p.ttl, PublisherSpan: p.publisherSpan, Margin: p.margin,
+		Ordered: p.ordered, GroupBacklog: p.declaredBacklog})
 	return pub, con
 }
 
@@ -172,7 +264,18 @@ func checks(p plan) (pub, con error) {
 type tally struct {
 	schedules, accepted, twoCopyAccepted, refused, tight, band int
 	unrecorded                                                 uint64
+	// Ordered plans with a second copy: accepted and explored; refused
+	// and shown tight; under-declared (GroupBacklog below the real
+	// backlog) and refused with the real one, shown to duplicate, and of
+	// those the ones the check accepted only because of the lie; refused
+	// without a GroupBacklog where no backlog up to maxShownBacklog
+	// breaks the TTL (not run).
+	orderedAccepted, orderedTight, underDeclared, acceptedByTheLie, noBacklogNotShown int
 }
+
+// maxShownBacklog bounds the backlog a tightness run of a plan without a
+// GroupBacklog gives the group.
+const maxShownBacklog = 12
 
 // Kinds of violation explore reports.
 const (
@@ -188,11 +291,17 @@ const (
 // defect).
 func explore(r *rand.Rand, p plan, tl *tally, newAdv func(*rand.Rand) adversary) (kind, msg string) {
 	pubErr, conErr := checks(p)
+	exact := p.publisherSpan == copySpan(p.retry) && (p.declaredTTL == 0 || p.declaredTTL == p.ttl)
+	if p.ordered && twoCopies(p) && p.declaredBacklog < trueBacklog(p) {
+		return underDeclared(p, pubErr, conErr, exact, tl)
+	}
 	if pubErr == nil && conErr == nil {
 		tl.accepted++
-		span := copySpan(p.retry)
-		if span > 0 && (p.window <= 0 || span > p.window) {
+		if twoCopies(p) {
 			tl.twoCopyAccepted++
+			if p.ordered {
+				tl.orderedAccepted++
+			}
 		}
 		for i := range randomPerPlan + 1 {
 			adv, name := adversary{}, "worst case"
@@ -209,7 +318,6 @@ func explore(r *rand.Rand, p plan, tl *tally, newAdv func(*rand.Rand) adversary)
 		return "", ""
 	}
 	tl.refused++
-	exact := p.publisherSpan == copySpan(p.retry) && (p.declaredTTL == 0 || p.declaredTTL == p.ttl)
 	if p.margin >= 0 || !exact {
 		return "", ""
 	}
@@ -225,9 +333,19 @@ func explore(r *rand.Rand, p plan, tl *tally, newAdv func(*rand.Rand) adversary)
 	} else {
 		// The one documented slack: no second copy, and a TTL of at least
 		// R − Backoff[0] (mem waits no backoff after an expired lease).
-		span := copySpan(p.retry)
-		single := span == 0 || (p.window > 0 && span <= p.window)
+		single := !twoCopies(p)
 		expect = !(single && p.redelivery.MaxDeliveries >= 2 && p.ttl >= p.redelivery.Span()-p.redelivery.BackoffBefore(2))
+		if p.ordered && !single {
+			// The schedule the refusal is about has the declared backlog;
+			// without one, the first backlog whose bound the TTL misses.
+			if tp.backlog = p.declaredBacklog; tp.backlog == 0 {
+				if tp.backlog = firstBreakingBacklog(p); tp.backlog == 0 {
+					tl.noBacklogNotShown++
+					return "", ""
+				}
+			}
+			expect = !memOrderedBand(p, tp.backlog)
+		}
 	}
 	out := run(tp, adversary{})
 	tl.schedules++
@@ -241,8 +359,71 @@ func explore(r *rand.Rand, p plan, tl *tally, newAdv func(*rand.Rand) adversary)
 		return loose, "the refused plan is in the documented safe band, but the worst schedule duplicated it\nplan: " + tp.String()
 	case expect:
 		tl.tight++
+		if p.ordered && twoCopies(p) {
+			tl.orderedTight++
+		}
 	default:
 		tl.band++
+	}
+	return "", ""
+}
+
+// memOrderedBand reports whether an ordered plan with a second copy and
+// a backlog of b lies in mem's band: the same exception as for one copy
+// (see window's package doc). The first copy holds the group after its
+// completion for at most R − Backoff[0], the backoff before its second
+// delivery being the one that cannot follow a completion, so the last
+// copy's last claim comes before max(P, R − Backoff[0]) + (b+1)·R, which
+// is less than the bound where P < R.
+func memOrderedBand(p plan, b int) bool {
+	red := p.redelivery.Span()
+	first := red - p.redelivery.BackoffBefore(2)
+	return p.redelivery.MaxDeliveries >= 2 && p.ttl >= afterHolds(max(copySpan(p.retry), first), red, b+1)
+}
+
+// firstBreakingBacklog is the smallest GroupBacklog, up to
+// maxShownBacklog, that the consumer check refuses p with, or 0.
+func firstBreakingBacklog(p plan) int {
+	for b := 1; b <= maxShownBacklog; b++ {
+		q := p
+		q.declaredBacklog = b
+		if _, err := checks(q); err != nil {
+			return b
+		}
+	}
+	return 0
+}
+
+// underDeclared explores an ordered plan whose GroupBacklog is below the
+// backlog its publishers really store: the theorem says nothing of it,
+// but where the check refuses the real backlog at margin zero, the worst
+// schedule must run the effect twice, so that the refusal is needed and a
+// plan the check accepted only because of the lie is shown unsafe.
+func underDeclared(p plan, pubErr, conErr error, exact bool, tl *tally) (kind, msg string) {
+	truthful := p
+	truthful.declaredBacklog = trueBacklog(p)
+	if _, realErr := checks(truthful); pubErr != nil || realErr == nil || p.margin >= 0 || !exact {
+		return "", ""
+	}
+	// Fillers stand in for the copies beyond two, which the worst sends
+	// do not make.
+	tp := p
+	tp.backlog = trueBacklog(p)
+	if memOrderedBand(tp, tp.backlog) {
+		return "", ""
+	}
+	out := run(tp, adversary{})
+	tl.schedules++
+	switch {
+	case out.err != nil:
+		return loose, "under-declared plan: " + out.err.Error() + "\nplan: " + tp.String()
+	case out.duplicates() <= 0:
+		return loose, "the check refuses the real GroupBacklog " + strconv.Itoa(tp.backlog) + ", but the worst schedule ran the effect " +
+			strconv.Itoa(out.effects) + " time(s): the head-of-line bound is not tight\nplan: " + tp.String()
+	}
+	tl.underDeclared++
+	if conErr == nil {
+		tl.acceptedByTheLie++
 	}
 	return "", ""
 }
@@ -311,7 +492,9 @@ func TestStartupCheckIsATheorem(t *testing.T) {
 	}
 	t.Logf("%d schedules in %s: %d accepted plans explored (%d where a second copy can exist), %d refused plans, %d of them shown tight at margin zero, %d in the documented band; %d Unrecorded counted",
 		tl.schedules, time.Since(start).Round(time.Millisecond), tl.accepted, tl.twoCopyAccepted, tl.refused, tl.tight, tl.band, tl.unrecorded)
-	if tl.accepted == 0 || tl.twoCopyAccepted == 0 || tl.tight == 0 {
+	t.Logf("ordered, with a second copy: %d accepted plans explored, %d refused plans shown tight; %d under-declared GroupBacklogs shown to duplicate (%d of them accepted by the check); %d refusals without a GroupBacklog not shown (no backlog up to %d breaks the TTL)",
+		tl.orderedAccepted, tl.orderedTight, tl.underDeclared, tl.acceptedByTheLie, tl.noBacklogNotShown, maxShownBacklog)
+	if tl.accepted == 0 || tl.twoCopyAccepted == 0 || tl.tight == 0 || tl.orderedAccepted == 0 || tl.orderedTight == 0 || tl.acceptedByTheLie == 0 {
 		t.Fatalf("the exploration is vacuous: %+v", tl)
 	}
 }
@@ -320,8 +503,9 @@ func TestStartupCheckIsATheorem(t *testing.T) {
 // a consumer that holds a delivery while its store is down past the
 // delivery's claim deadline, as dedupq's did before, claims the key after
 // its completion expired. From random schedules alone, with the same plans
-// and adversaries as TestStartupCheckIsATheorem, it must find a plan both
-// checks accept whose effect runs twice.
+// (unordered ones: an ordered plan could duplicate for a reason of its
+// own) and adversaries as TestStartupCheckIsATheorem, it must find a plan
+// both checks accept whose effect runs twice.
 func TestExplorationFindsAnUnboundedHold(t *testing.T) {
 	limit := envInt(t, "DEDUPQ_PROPERTY_SCHEDULES", 20_000)
 	seed := uint64(envInt(t, "DEDUPQ_PROPERTY_SEED", 9))
@@ -333,7 +517,11 @@ func TestExplorationFindsAnUnboundedHold(t *testing.T) {
 	}
 	var tl tally
 	for plans := 0; tl.schedules < limit; plans++ {
-		if kind, msg := explore(r, genPlan(r), &tl, unbounded); kind == unsafe {
+		p := genPlan(r)
+		if p.ordered {
+			continue
+		}
+		if kind, msg := explore(r, p, &tl, unbounded); kind == unsafe {
 			t.Logf("found after %d schedules (seed %d, plan %d): %s", tl.schedules, seed, plans, msg)
 			return
 		}
@@ -400,5 +588,49 @@ func TestIssue9Defect1(t *testing.T) {
 	out := run(p, adversary{})
 	if out.err != nil || out.stored != 2 || out.effects != 2 || out.unrecorded != 0 {
 		t.Fatalf("the issue's schedule: %+v, want 2 copies stored and the effect run twice, nothing Unrecorded", out)
+	}
+}
+
+// An ordered group's head that fails its last delivery holds the group
+// for its nack's delay on top of the redelivery span: the broker keeps a
+// nacked message (mem, an SQS FIFO message's visibility timeout) until
+// the delay ends, and dead-letters it only then. The Consumer nacks a
+// delivery that has used up MaxDeliveries with the policy's backoff as any
+// other, so every message ahead of a resent copy can hold the group for
+// R + Backoff, and the head-of-line bound max(P, R) + (B+1)·R is short by
+// up to (B+1) backoffs. Here: window 1m, ack wait 30s, 2 deliveries,
+// backoff 1m (R = 2m); a publisher span of 2m; one other message of the
+// group; TTL 6m = max(2m, 2m) + 2 × 2m, which NewConsumer accepts. In the
+// worst schedule the other message holds the group from 2m to 5m, and the
+// resent copy's second delivery claims at 6m30s, after the record expired.
+func TestOrderedLastNackHoldsItsGroup(t *testing.T) {
+	ctx := context.Background()
+	clk := clock.NewFake(time.Unix(1_700_000_000, 0))
+	red := window.RedeliveryPolicy{MaxDeliveries: 2, AckWait: 30 * time.Second, Backoff: []time.Duration{time.Minute}}
+	b := mem.NewBroker(mem.Options{Clock: clk, DedupWindow: time.Minute, AckWait: red.AckWait, MaxDeliveries: red.MaxDeliveries, Backoff: red.Backoff})
+	retry := window.RetryPolicy{MaxAttempts: 2, AttemptTimeout: 30 * time.Second, InitialBackoff: time.Minute}
+	if retry.Span() != 2*time.Minute || red.Span() != 2*time.Minute {
+		t.Fatalf("publisher span %s, redelivery span %s; want 2m each", retry.Span(), red.Span())
+	}
+	const ttl = 6 * time.Minute
+	guard, err := dedup.NewGuard(dedup.GuardOptions{Store: memstore.New(clk), TTL: ttl, Clock: clk})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sub := b.Subscription(queueName)
+	defer sub.Close()
+	con, err := dedupq.NewConsumer(ctx, sub, dedupq.ConsumerOptions{Dedup: guard, PublisherSpan: retry.Span(), Margin: -1,
+		Ordered: true, GroupBacklog: 1, Clock: clk})
+	if err != nil {
+		t.Fatalf("NewConsumer: %v (a TTL of max(P, R) + 2R = 6m)", err)
+	}
+	con.Close(ctx)
+
+	p := plan{
+		window: time.Minute, retry: retry, redelivery: red, ttl: ttl, publisherSpan: retry.Span(), margin: -1, mode: modeGuard,
+		ordered: true, backlog: 1, declaredBacklog: 1,
+	}
+	if out := run(p, adversary{}); out.err != nil || out.effects != 1 {
+		t.Fatalf("the worst schedule of a plan NewConsumer accepts: %+v, want the effect run once", out)
 	}
 }

@@ -27,7 +27,12 @@
 //     to): every claim, completion and commit inside one fails;
 //   - the transactional store (pgstore.Do): effect and completion commit
 //     together or not at all, and the row lock holds the key while the
-//     transaction is open.
+//     transaction is open;
+//   - for an ordered plan, the other messages of the message's group
+//     (fillers): the adversary plays their handlers (when each settles,
+//     and how), which decides how long each holds the group; mem holds a
+//     group behind its head, so each delivery is its own process and the
+//     Consumer's dispatcher (groups.go) has nothing to order here.
 //
 // The mem broker is used as it is: SendBatch decides what its dedup window
 // drops, Receive/Ack/Nack/Extend decide leases, redelivery and
@@ -42,6 +47,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
+	"slices"
 	"time"
 
 	"github.com/dedupq/dedupq"
@@ -66,11 +72,21 @@ type plan struct {
 	publisherSpan time.Duration // the consumer's PublisherSpan
 	margin        float64       // both sides' Margin
 	mode          mode
+	// ordered: the message has a GroupKey, and the consumer runs its group
+	// in order (ConsumerPlan.Ordered). backlog is how many other messages
+	// of the group (fillers) the publishers store within the span, and
+	// declaredBacklog the consumer's GroupBacklog (0: none declared).
+	ordered                  bool
+	backlog, declaredBacklog int
 }
 
 func (p plan) String() string {
-	return fmt.Sprintf("window %s, retry %+v (span %s), redelivery %v (span %s), ttl %s, declared ttl %s, publisher span %s, margin %v, %s",
+	s := fmt.Sprintf("window %s, retry %+v (span %s), redelivery %v (span %s), ttl %s, declared ttl %s, publisher span %s, margin %v, %s",
 		p.window, p.retry, fmtSpan(p.retry.Span()), p.redelivery, fmtSpan(p.redelivery.Span()), p.ttl, p.declaredTTL, fmtSpan(p.publisherSpan), p.margin, p.mode)
+	if p.ordered {
+		s += fmt.Sprintf(", ordered: %d other message(s) of the group, GroupBacklog %d", p.backlog, p.declaredBacklog)
+	}
+	return s
 }
 
 func fmtSpan(d time.Duration) string {
@@ -158,6 +174,10 @@ type proc struct {
 	dead, failComplete, running bool
 	waiting                     bool // modeTx: blocked on another transaction's row lock
 	token                       string
+	// filler: a delivery of another message of the message's group, whose
+	// handler the adversary plays (kind, delay) without dedup: all that
+	// matters of it is how long it holds the group.
+	filler bool
 }
 
 // sim is one schedule.
@@ -191,7 +211,14 @@ type sim struct {
 	// recordUntil is when the latest completion record expires; the worst
 	// adversary times its claims by it.
 	recordUntil time.Time
-	out         outcome
+	// Ordered plans: group is the BackendIDs of the group's stored
+	// messages in store order (the message's copies and the fillers),
+	// copies those of the message's copies, ended those acked, terminated
+	// or dead-lettered; pending counts the message's sends still to come.
+	group, copies []string
+	ended         map[string]bool
+	pending       int
+	out           outcome
 }
 
 // outage is a span [from, until) in which the store cannot be reached.
@@ -220,7 +247,17 @@ func run(p plan, adv adversary) outcome {
 	})
 	s.topic, s.sub = s.b.Topic(queueName), s.b.Subscription(queueName)
 	s.store = memstore.New(s.clk)
-	for _, at := range adv.sends(s) {
+	sends := adv.sends(s)
+	if p.ordered {
+		s.ended = map[string]bool{}
+		// Scheduled first: a filler sent at the same instant as a copy
+		// is stored before it, between it and the copy before.
+		for i, at := range adv.fillers(s, sends) {
+			s.at(start.Add(at), func() { s.sendFiller(i) })
+		}
+	}
+	s.pending = len(sends)
+	for _, at := range sends {
 		s.at(start.Add(at), s.send)
 	}
 	for len(s.q) > 0 && s.out.err == nil {
@@ -305,19 +342,107 @@ func (s *sim) poll() {
 			return
 		}
 		for _, d := range ds {
-			p := &proc{d: d, received: s.clk.Now()}
-			s.adv.delivery(s, p)
+			if s.p.ordered {
+				if err := s.checkOrder(d); err != nil {
+					s.out.err = err
+					return
+				}
+			}
+			p := &proc{d: d, received: s.clk.Now(), filler: d.Message.ID != msgID}
 			now := s.clk.Now()
 			s.at(now.Add(s.aw), nil) // the lease ends: maybe a redelivery
+			if p.filler {
+				s.adv.filler(s, p)
+				s.at(now.Add(p.delay), func() { s.handleFiller(p) })
+				continue
+			}
+			s.adv.delivery(s, p)
 			s.at(now.Add(p.delay), func() { s.handle(p) })
 		}
 	}
 }
 
+// groupKey is the message's GroupKey: "" for an unordered plan.
+func (s *sim) groupKey() string {
+	if s.p.ordered {
+		return "g"
+	}
+	return ""
+}
+
 // send is one publish attempt reaching the broker; its answer is lost.
 func (s *sim) send() {
-	if _, err := s.topic.SendBatch(bg, []*driver.Message{{ID: msgID, Body: []byte("body")}}); err != nil {
+	s.pending--
+	s.store1(&driver.Message{ID: msgID, Body: []byte("body"), GroupKey: s.groupKey()}, true)
+}
+
+// sendFiller publishes the i-th other message of the group, once.
+func (s *sim) sendFiller(i int) {
+	s.store1(&driver.Message{ID: fmt.Sprintf("f-%d", i), Body: []byte("filler"), GroupKey: s.groupKey()}, false)
+}
+
+// store1 sends m and records where it was stored in its group.
+func (s *sim) store1(m *driver.Message, isCopy bool) {
+	res, err := s.topic.SendBatch(bg, []*driver.Message{m})
+	if err == nil {
+		err = res[0].Err
+	}
+	if err != nil {
 		s.out.err = fmt.Errorf("sim: send: %w", err)
+		return
+	}
+	if !s.p.ordered || res[0].Duplicate {
+		return
+	}
+	s.group = append(s.group, res[0].BackendID)
+	if isCopy {
+		s.copies = append(s.copies, res[0].BackendID)
+	}
+}
+
+// checkOrder is the order the ordered model rests on, asserted of the
+// real broker under the adversaries: a message of the group is handed out
+// only once every message stored before it in the group has ended (acked,
+// terminated or dead-lettered), so that no effect of the group can come
+// before an earlier message's unless that one's handler outlived its lease.
+func (s *sim) checkOrder(d *driver.Delivery) error {
+	i := slices.Index(s.group, d.BackendID)
+	if i < 0 {
+		return fmt.Errorf("sim: order: delivery of %s (%s), which was never stored in its group", d.BackendID, d.Message.ID)
+	}
+	for _, earlier := range s.group[:i] {
+		if s.ended[earlier] {
+			continue
+		}
+		for _, dl := range s.b.DeadLetters(queueName) {
+			s.ended[dl.BackendID] = true
+		}
+		if !s.ended[earlier] {
+			return fmt.Errorf("sim: order: %s (%s, attempt %d) handed out while %s, stored before it in its group, has not ended",
+				d.BackendID, d.Message.ID, d.Attempt, earlier)
+		}
+	}
+	return nil
+}
+
+// copyBehind reports whether a later copy of the message is stored behind
+// p's, or may still be sent: holding the group then delays that copy.
+func (s *sim) copyBehind(p *proc) bool {
+	return s.pending > 0 || len(s.copies) > 0 && s.copies[len(s.copies)-1] != p.d.BackendID
+}
+
+// handleFiller runs a filler's handler as the adversary chose, after its
+// delay, and settles it as the Consumer does; a crash leaves its lease to
+// lapse.
+func (s *sim) handleFiller(p *proc) {
+	p.tries++
+	switch p.kind {
+	case crashBefore:
+		p.dead = true
+	case failBefore:
+		s.settle(p, errHandler)
+	default:
+		s.settle(p, nil)
 	}
 }
 
@@ -416,12 +541,18 @@ func (s *sim) settle(p *proc, err error) {
 	now := s.clk.Now()
 	switch {
 	case err == nil:
-		s.out.nilReturned = true
-		if !p.ackLost {
-			_ = s.sub.Ack(bg, p.d) // ErrLeaseExpired: redelivered anyway
+		if !p.filler {
+			s.out.nilReturned = true
 		}
-	case dedupq.IsPermanent(err):
-		_ = s.sub.Terminate(bg, p.d, err)
+		if !p.ackLost && s.sub.Ack(bg, p.d) == nil && s.ended != nil { // ErrLeaseExpired: redelivered anyway
+			s.ended[p.d.BackendID] = true
+		}
+	case dedupq.IsPermanent(err), s.p.ordered && s.p.redelivery.MaxDeliveries > 0 && p.d.Attempt >= s.p.redelivery.MaxDeliveries:
+		// The Consumer terminates an ordered group's message on its last
+		// delivery rather than nack it (lastGroupDelivery in groups.go).
+		if s.sub.Terminate(bg, p.d, err) == nil && s.ended != nil {
+			s.ended[p.d.BackendID] = true
+		}
 	default:
 		delay := s.p.redelivery.BackoffBefore(p.d.Attempt + 1)
 		var ra *dedupq.RetryAfterError
@@ -706,6 +837,12 @@ func (a adversary) faults(s *sim) (outs []outage, closeAt time.Time) {
 	}
 	r, aw := a.r, s.aw
 	horizon := addSat(copySpan(s.p.retry), s.p.redelivery.Span())
+	if s.p.ordered {
+		// The last copy waits behind the first and the fillers.
+		for range s.p.backlog + 1 {
+			horizon = addSat(horizon, s.p.redelivery.Span())
+		}
+	}
 	if horizon >= window.Forever/4 {
 		horizon = 10 * aw
 	}
@@ -778,6 +915,26 @@ func (a adversary) sends(s *sim) []time.Duration {
 	return out
 }
 
+// fillers says when the other messages of an ordered plan's group are
+// sent, from t0: within the span of the message's sends, where they can
+// stand between two of its copies. The worst case sends them all at the
+// last send's instant, just before it, so that the last copy waits behind
+// them all and the first copy's deliveries hold none of them up.
+func (a adversary) fillers(s *sim, sends []time.Duration) []time.Duration {
+	last := time.Duration(0)
+	if len(sends) > 0 {
+		last = slices.Max(sends)
+	}
+	out := make([]time.Duration, s.p.backlog)
+	for i := range out {
+		out[i] = last
+		if a.r != nil && !a.worstSends && a.r.IntN(2) == 0 {
+			out[i] = time.Duration(a.r.Int64N(int64(last) + 1))
+		}
+	}
+	return out
+}
+
 // worstSends stores the first send at t0 and lands the last attempt's send
 // at the last moment it may: the end of the last attempt, P − 1ns after t0.
 func worstSends(s *sim) []time.Duration {
@@ -796,6 +953,45 @@ func worstSends(s *sim) []time.Duration {
 		start += full + rp.Backoff(i)
 	}
 	return append(out, start+full-1)
+}
+
+// filler decides what a delivery of a filler does: when its handler
+// settles it, and how. The worst case holds the group for as long as the
+// redelivery policy lets one message hold it: every delivery kept to the
+// end of its lease, then failed with the policy's backoff (as the
+// Consumer nacks it, the last delivery's included), or left to lapse when
+// there is no backoff. Where deliveries are unlimited it gives up after
+// three, so that the schedule ends (the check refuses those plans anyway).
+func (a adversary) filler(s *sim, p *proc) {
+	aw, j := s.aw, p.d.Attempt
+	unlimited := s.p.redelivery.MaxDeliveries <= 0
+	if a.r == nil || a.r.Float64() < a.greed {
+		switch {
+		case s.out.effects >= 2 || unlimited && j >= 3: // the point is made, or never: settle
+			p.kind = runOK
+		case s.p.redelivery.BackoffBefore(j+1) > 0:
+			p.delay, p.kind, p.healthy = aw-1, failBefore, true
+		default:
+			p.delay, p.kind = aw-1, crashBefore
+		}
+		return
+	}
+	r := a.r
+	p.delay = pick(r, 0, aw-1, time.Duration(r.Int64N(int64(aw))))
+	switch c := r.IntN(10); {
+	case c < 4:
+		p.kind = runOK
+	case c < 7:
+		p.kind = failBefore
+	case c < 9:
+		p.kind = crashBefore
+	default:
+		p.kind, p.ackLost = runOK, true
+	}
+	p.healthy = r.IntN(2) == 0
+	if unlimited && j >= 4 {
+		p.kind, p.ackLost = runOK, false
+	}
 }
 
 func (a adversary) delivery(s *sim, p *proc) {
@@ -843,7 +1039,8 @@ func (a adversary) delivery(s *sim, p *proc) {
 //     record starts as early as it can and the copy comes back;
 //   - when the record expires before this delivery's lease ends: claim
 //     then, and run the effect again;
-//   - otherwise, if more deliveries follow: end the lease as late as
+//   - otherwise, if more deliveries follow, or (ordered) a later copy
+//     waits behind this one in the group: end the lease as late as
 //     possible (store unreachable at the last moment, so a nack with the
 //     policy's backoff; or a lost ack when there is no backoff);
 //   - on the last delivery: claim at the end of the lease.
@@ -858,7 +1055,7 @@ func worstDelivery(s *sim, p *proc) {
 		p.ackLost = true
 	case !s.recordUntil.After(x.Add(aw - 1)):
 		p.delay = max(s.recordUntil.Sub(x), 0)
-	case n <= 0 || j < n:
+	case n <= 0 || j < n || s.p.ordered && s.copyBehind(p):
 		if s.p.redelivery.BackoffBefore(j+1) > 0 {
 			p.delay, p.failClaim = aw-1, true
 		} else {
