@@ -91,6 +91,13 @@ func consumeAll(ctx context.Context, sub driver.Subscription, g dedupq.Deduplica
 	if g != nil {
 		opts.Dedup = g
 	}
+	return consumeWith(ctx, sub, opts, n, nil)
+}
+
+// consumeWith runs a Consumer with opts on sub until n distinct messages
+// were handled. first, when set, sees each message's first handling, in
+// the order they ran (under a lock), and its first error fails the run.
+func consumeWith(ctx context.Context, sub driver.Subscription, opts dedupq.ConsumerOptions, n int64, first func(*dedupq.Delivery) error) (time.Duration, error) {
 	con, err := dedupq.NewConsumer(ctx, sub, opts)
 	if err != nil {
 		return 0, err
@@ -100,11 +107,18 @@ func consumeAll(ctx context.Context, sub driver.Subscription, g dedupq.Deduplica
 	defer cancel()
 	var mu sync.Mutex
 	handled := make(map[string]bool, n)
+	var failed error
 	w := startWatch()
 	err = con.Run(ctx, func(_ context.Context, d *dedupq.Delivery) error {
 		mu.Lock()
 		defer mu.Unlock()
+		if handled[d.Message.ID] {
+			return nil
+		}
 		handled[d.Message.ID] = true
+		if first != nil && failed == nil {
+			failed = first(d)
+		}
 		if int64(len(handled)) == n {
 			cancel() // Run returns once every delivery is settled
 		}
@@ -114,7 +128,10 @@ func consumeAll(ctx context.Context, sub driver.Subscription, g dedupq.Deduplica
 	mu.Lock()
 	got := int64(len(handled))
 	mu.Unlock()
-	if got < n {
+	switch {
+	case failed != nil:
+		return 0, failed
+	case got < n:
 		return 0, fmt.Errorf("handled %d of %d messages (%v)", got, n, err)
 	}
 	return elapsed, err

@@ -4,10 +4,14 @@ import (
 	"context"
 	"fmt"
 	"strconv"
-	"sync"
 	"time"
 
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
 	"github.com/dedupq/dedupq"
+	djs "github.com/dedupq/dedupq/adapters/jetstream"
+	"github.com/dedupq/dedupq/adapters/jetstream/embedded"
 	"github.com/dedupq/dedupq/adapters/mem"
 	"github.com/dedupq/dedupq/driver"
 )
@@ -43,58 +47,27 @@ func orderedSide(name string, conc, groups int, fill func(ctx context.Context, g
 	}}
 }
 
-// consumeOrdered runs a Consumer on sub until n distinct messages were
-// handled and, when groups > 0, with Ordered, failing if a message of a
-// group ran before an earlier one of it. The handler does the same work
-// on either side.
+// consumeOrdered runs a Consumer at concurrency conc on sub until n
+// distinct messages were handled and, when groups > 0, with Ordered,
+// failing if a message of a group ran before an earlier one of it. The
+// handler does the same work on either side.
 func consumeOrdered(ctx context.Context, sub driver.Subscription, conc, groups int, n int64) (time.Duration, error) {
-	con, err := dedupq.NewConsumer(ctx, sub, dedupq.ConsumerOptions{Concurrency: conc, Ordered: groups > 0})
-	if err != nil {
-		sub.Close()
-		return 0, err
-	}
-	defer con.Close(context.Background())
-	ctx, cancel := context.WithTimeout(ctx, 5*time.Minute)
-	defer cancel()
-	var mu sync.Mutex
-	handled := make(map[int64]bool, n)
 	last := make([]int64, max(groups, 1))
 	for g := range last {
 		last[g] = -1
 	}
-	var disorder error
-	w := startWatch()
-	err = con.Run(ctx, func(_ context.Context, d *dedupq.Delivery) error {
+	return consumeWith(ctx, sub, dedupq.ConsumerOptions{Concurrency: conc, Ordered: groups > 0}, n, func(d *dedupq.Delivery) error {
 		i, err := strconv.ParseInt(d.Message.ID[1:], 10, 64)
 		if err != nil {
-			return dedupq.Permanent(err)
+			return err
 		}
-		mu.Lock()
-		defer mu.Unlock()
-		if handled[i] {
-			return nil
+		g := i % int64(len(last))
+		if i < last[g] && groups > 0 {
+			return fmt.Errorf("message m%d of group %d ran after m%d", i, g, last[g])
 		}
-		handled[i] = true
-		if g := i % int64(len(last)); i < last[g] && groups > 0 && disorder == nil {
-			disorder = fmt.Errorf("message m%d of group %d ran after m%d", i, g, last[g])
-		} else {
-			last[g] = i
-		}
-		if int64(len(handled)) == n {
-			cancel() // Run returns once every delivery is settled
-		}
+		last[g] = i
 		return nil
 	})
-	elapsed := w.stop()
-	mu.Lock()
-	defer mu.Unlock()
-	switch {
-	case disorder != nil:
-		return 0, disorder
-	case int64(len(handled)) < n:
-		return 0, fmt.Errorf("handled %d of %d messages (%v)", len(handled), n, err)
-	}
-	return elapsed, err
 }
 
 // orderedRows are the ordered group's rows for a broker whose fill makes
@@ -113,9 +86,15 @@ func orderedRows(broker string, n int64, fill func(ctx context.Context, groups i
 	}
 }
 
-// orderedGroup is the ordered group's setup.
+// orderedGroup is the ordered group's setup: its rows on mem and on an
+// embedded JetStream server (a current nats-server, which ordered
+// durables need).
 func orderedGroup(ctx context.Context, c config) ([]row, func(), error) {
-	return memOrderedRows(), func() {}, nil
+	js, cleanup, err := jetstreamOrderedRows(ctx)
+	if err != nil {
+		return nil, nil, err
+	}
+	return append(memOrderedRows(), js...), cleanup, nil
 }
 
 // memOrderedRows are the ordered rows on the in-memory broker, a broker
@@ -123,22 +102,83 @@ func orderedGroup(ctx context.Context, c config) ([]row, func(), error) {
 func memOrderedRows() []row {
 	fill := func(ctx context.Context, groups int, n int64) (driver.Subscription, error) {
 		broker := mem.NewBroker(mem.Options{DedupWindow: time.Hour, MaxDeliveries: 5})
-		top := broker.Topic("q")
-		batch := make([]*driver.Message, 0, top.MaxBatch())
-		for i := int64(0); i < n; {
-			batch = batch[:0]
-			for ; i < n && len(batch) < cap(batch); i++ {
-				m := &driver.Message{ID: "m" + strconv.FormatInt(i, 10), Body: payload}
-				if groups > 0 {
-					m.GroupKey = groupKey(i, groups)
-				}
-				batch = append(batch, m)
-			}
-			if _, err := top.SendBatch(ctx, batch); err != nil {
-				return nil, err
-			}
+		if err := sendGrouped(ctx, broker.Topic("q"), groups, n); err != nil {
+			return nil, err
 		}
 		return broker.Subscription("q"), nil
 	}
 	return orderedRows("mem", 200_000, fill)
+}
+
+// jetstreamOrderedRows are the ordered rows on an embedded server: each
+// side on a fresh stream, the ordered ones through an ordered durable
+// (ordered=true: a pinned priority group), the unordered ones through a
+// plain durable.
+func jetstreamOrderedRows(ctx context.Context) ([]row, func(), error) {
+	url, stop, err := embedded.Run(ctx, "")
+	if err != nil {
+		return nil, nil, err
+	}
+	nc, err := nats.Connect(url, nats.ReconnectBufSize(-1))
+	if err != nil {
+		stop()
+		return nil, nil, err
+	}
+	js, err := jetstream.New(nc)
+	if err != nil {
+		nc.Close()
+		stop()
+		return nil, nil, err
+	}
+	fill := func(ctx context.Context, groups int, n int64) (driver.Subscription, error) {
+		// The last side's stream goes first: no side's server carries
+		// the files of all the sides before it.
+		for name := range js.StreamNames(ctx).Name() {
+			if err := js.DeleteStream(ctx, name); err != nil {
+				return nil, err
+			}
+		}
+		name := randomName("ORDERED_")
+		cfg := djs.Config{Stream: name, Subject: "bench." + name, Durable: "bench", MaxDeliver: 5, Ordered: groups > 0}
+		if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: name, Subjects: []string{cfg.Subject, cfg.Subject + ".>"}, Storage: jetstream.FileStorage}); err != nil {
+			return nil, err
+		}
+		top, err := djs.OpenTopic(ctx, nc, cfg)
+		if err != nil {
+			return nil, err
+		}
+		err = sendGrouped(ctx, top, groups, n)
+		top.Close()
+		if err != nil {
+			return nil, err
+		}
+		return djs.OpenSubscription(ctx, nc, cfg)
+	}
+	return orderedRows("jetstream", 20_000, fill), func() { nc.Close(); stop() }, nil
+}
+
+// sendGrouped stores n messages m0… through top, in batches of its
+// MaxBatch, message i in group i % groups when groups > 0.
+func sendGrouped(ctx context.Context, top driver.Topic, groups int, n int64) error {
+	batch := make([]*driver.Message, 0, top.MaxBatch())
+	for i := int64(0); i < n; {
+		batch = batch[:0]
+		for ; i < n && len(batch) < cap(batch); i++ {
+			m := &driver.Message{ID: "m" + strconv.FormatInt(i, 10), Body: payload}
+			if groups > 0 {
+				m.GroupKey = groupKey(i, groups)
+			}
+			batch = append(batch, m)
+		}
+		res, err := top.SendBatch(ctx, batch)
+		if err != nil {
+			return err
+		}
+		for _, r := range res {
+			if r.Err != nil {
+				return r.Err
+			}
+		}
+	}
+	return nil
 }
