@@ -28,8 +28,8 @@ var ErrShutdownTimeout = errors.New("dedupq: shutdown timeout: handler cancelled
 type ConsumerOptions struct {
 	// Concurrency is how many handlers run at once; 0 means 1. Where the
 	// subscription keeps the order of a group key (driver.GroupOrderer:
-	// mem, SQS FIFO, Service Bus sessions, Pub/Sub ordering keys, ordered
-	// JetStream durables; README, "Ordered groups"), the deliveries of one GroupKey run one at a time, in
+	// mem, SQS FIFO, Service Bus sessions; README, "Ordered groups"), the
+	// deliveries of one GroupKey run one at a time, in
 	// the broker's order, and different groups run concurrently; a
 	// delivery waiting behind its group's head takes a handler slot (see
 	// Ordered). Without

@@ -376,45 +376,35 @@ func BenchmarkConsume(b *testing.B) {
 				}
 				opts.Dedup = g
 			}
-			took := consumeAll(b, sub, opts, b.N, func() {
-				b.SetBytes(int64(len(payload)))
-				b.ResetTimer()
+			con, err := dedupq.NewConsumer(context.Background(), sub, opts)
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer con.Close(context.Background())
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			// Counted per message, as the raw loops do: a redelivery
+			// does not make up for a message not yet handled.
+			var mu sync.Mutex
+			handled := make(map[string]bool, b.N)
+			b.SetBytes(int64(len(payload)))
+			b.ResetTimer()
+			start := time.Now()
+			err = con.Run(ctx, func(_ context.Context, d *dedupq.Delivery) error {
+				mu.Lock()
+				handled[d.BackendID] = true
+				if len(handled) == b.N {
+					cancel() // Run returns once every delivery is acked
+				}
+				mu.Unlock()
+				return nil
 			})
-			b.ReportMetric(float64(b.N)/took.Seconds(), "msgs/s")
+			if err != nil {
+				b.Fatal(err)
+			}
+			reportRate(b, start)
 		})
 	}
-}
-
-// consumeAll runs a Consumer with opts on sub until n messages were
-// handled, counted per message as the raw loops do (a redelivery does not
-// make up for a message not yet handled), and returns how long that took
-// from just after starting, which it calls first.
-func consumeAll(b *testing.B, sub *Subscription, opts dedupq.ConsumerOptions, n int, starting func()) time.Duration {
-	b.Helper()
-	con, err := dedupq.NewConsumer(context.Background(), sub, opts)
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer con.Close(context.Background())
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	var mu sync.Mutex
-	handled := make(map[string]bool, n)
-	starting()
-	start := time.Now()
-	err = con.Run(ctx, func(_ context.Context, d *dedupq.Delivery) error {
-		mu.Lock()
-		handled[d.BackendID] = true
-		if len(handled) == n {
-			cancel() // Run returns once every delivery is acked
-		}
-		mu.Unlock()
-		return nil
-	})
-	if err != nil {
-		b.Fatal(err)
-	}
-	return time.Since(start)
 }
 
 // BenchmarkConsumeTelemetry compares the consume path's telemetry settings
@@ -485,81 +475,4 @@ func BenchmarkConsumeTelemetry(b *testing.B) {
 		}
 		return otelbench.Runner{Run: run, Stop: func() { _ = pub.Close(ctx) }}
 	})
-}
-
-// BenchmarkConsumeOrdered compares an ordered Consumer on an ordered
-// durable (ordered=true: one consumer pinned, a group's messages one at a
-// time) with its baseline, an unordered Consumer on an ordinary durable,
-// on the embedded server. Each iteration is one round of each, on fresh
-// streams of orderedBenchMessages stored messages, in alternating order,
-// so that a machine whose load drifts slows both alike:
-//
-//	go test -run '^$' -bench ConsumeOrdered -benchtime 5x ./adapters/jetstream/
-//
-// ordered/base is the ratio the issue sets goals for: 64 groups at
-// Concurrency 64 ≥ 0.8 of the same unordered; one hot group at
-// Concurrency 64 ≥ 0.9 of Concurrency 1 unordered.
-func BenchmarkConsumeOrdered(b *testing.B) {
-	type variant struct {
-		groups, concurrency int
-		ordered             bool
-	}
-	for _, pair := range []struct {
-		name          string
-		base, ordered variant
-	}{
-		{"groups=64", variant{64, consumeConcurrency, false}, variant{64, consumeConcurrency, true}},
-		{"hot-group", variant{1, 1, false}, variant{1, consumeConcurrency, true}},
-	} {
-		b.Run(pair.name, func(b *testing.B) {
-			var base, ordered time.Duration
-			for i := range b.N {
-				if i%2 == 0 {
-					base += consumeRound(b, pair.base.groups, pair.base.concurrency, pair.base.ordered)
-					ordered += consumeRound(b, pair.ordered.groups, pair.ordered.concurrency, pair.ordered.ordered)
-				} else {
-					ordered += consumeRound(b, pair.ordered.groups, pair.ordered.concurrency, pair.ordered.ordered)
-					base += consumeRound(b, pair.base.groups, pair.base.concurrency, pair.base.ordered)
-				}
-			}
-			n := float64(b.N * orderedBenchMessages)
-			b.ReportMetric(n/base.Seconds(), "base-msgs/s")
-			b.ReportMetric(n/ordered.Seconds(), "ordered-msgs/s")
-			b.ReportMetric(base.Seconds()/ordered.Seconds(), "ordered/base")
-		})
-	}
-}
-
-// orderedBenchMessages is how many messages each round of
-// BenchmarkConsumeOrdered consumes.
-const orderedBenchMessages = 5000
-
-// consumeRound stores orderedBenchMessages messages spread round-robin
-// over groups in a fresh stream and returns how long a Consumer with
-// concurrency handlers (and ordered: an ordered durable and Consumer)
-// takes to handle them all.
-func consumeRound(b *testing.B, groups, concurrency int, ordered bool) time.Duration {
-	b.Helper()
-	nc := connect(b, server{"embedded", embeddedURL})
-	cfg := benchStream(b, nc)
-	cfg.Ordered = ordered
-	js, _ := jetstream.New(nc)
-	futures := make([]jetstream.PubAckFuture, orderedBenchMessages)
-	for i := range futures {
-		m := &nats.Msg{Subject: cfg.Subject + ".g" + strconv.Itoa(i%groups), Data: payload}
-		futures[i] = publishAsync(b, js, m, strconv.Itoa(i))
-	}
-	for i, f := range futures {
-		select {
-		case <-f.Ok():
-		case err := <-f.Err():
-			b.Fatalf("publishing message %d: %v", i, err)
-		}
-	}
-	sub, err := OpenSubscription(context.Background(), nc, cfg)
-	if err != nil {
-		b.Fatal(err)
-	}
-	opts := dedupq.ConsumerOptions{Concurrency: concurrency, Ordered: ordered, PublisherSpan: window.DefaultRetryPolicy().Span()}
-	return consumeAll(b, sub, opts, orderedBenchMessages, func() {})
 }

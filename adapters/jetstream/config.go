@@ -12,7 +12,6 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/dedupq/dedupq"
-	"github.com/dedupq/dedupq/window"
 )
 
 // Scheme is the URL scheme this package registers with dedupq.Register.
@@ -66,18 +65,6 @@ type Config struct {
 	// MaxBatch is how many messages one SendBatch publishes concurrently;
 	// zero means DefaultMaxBatch.
 	MaxBatch int
-
-	// Ordered asks for a durable that keeps the order of a GroupKey (see
-	// "Ordered groups" in the package doc): a missing durable is created
-	// with a pinned priority group, and an existing one must have one.
-	// It needs nats-server 2.11 or later and excludes BackOff.
-	Ordered bool
-	// PinnedTTL is an ordered durable's PinnedTTL: how long the server
-	// keeps the pin of a consumer that stopped pulling, and so how long a
-	// takeover waits. Zero means the shortest that keeps the order
-	// (MinPinnedTTL) for a created durable, and at least that for an
-	// existing one; a longer one lets a nack wait longer (MaxNackDelay).
-	PinnedTTL time.Duration
 }
 
 // configProblem is one thing wrong with a Config, named by its URL
@@ -88,7 +75,7 @@ type configProblem struct{ param, reason string }
 var fieldOf = map[string]string{
 	"stream": "Stream", "subject": "Subject", "durable": "Durable", "storage": "Storage",
 	"window": "Duplicates", "ack_wait": "AckWait", "max_deliveries": "MaxDeliver",
-	"backoff": "BackOff", "max_batch": "MaxBatch", "ordered": "Ordered", "pin_ttl": "PinnedTTL",
+	"backoff": "BackOff", "max_batch": "MaxBatch",
 }
 
 // validate checks what OpenTopic and OpenSubscription need, naming the field.
@@ -138,21 +125,6 @@ func (c *Config) check(needDurable bool) *configProblem {
 	}
 	if c.MaxBatch < 0 {
 		return bad("max_batch", "negative")
-	}
-	if c.PinnedTTL < 0 {
-		return bad("pin_ttl", "negative")
-	}
-	if c.PinnedTTL > 0 && !c.Ordered {
-		return bad("pin_ttl", "only an ordered durable has a pin: add ordered=true")
-	}
-	if c.Ordered && len(c.BackOff) > 0 {
-		return bad("backoff", "an ordered durable cannot have BackOff: a redelivery's hold would depend on its delivery count, and a nack's delay with it, so a group's messages could come back out of order; use ack_wait")
-	}
-	if c.Ordered && c.PinnedTTL > 0 {
-		if least := MinPinnedTTL(c.AckWait); c.PinnedTTL < least {
-			return bad("pin_ttl", "%s is shorter than the %s the order needs with this ack_wait (the pull wait, the ack wait and %s of slack): a new owner could be handed a later message of a group before an earlier one comes back",
-				window.FormatDuration(c.PinnedTTL), window.FormatDuration(least), pinSlack)
-		}
 	}
 	return nil
 }
@@ -207,7 +179,7 @@ func subjectProblem(s string) string {
 var hostRE = regexp.MustCompile(`^[A-Za-z0-9.-]+$|^[0-9A-Fa-f:.]+(%[A-Za-z0-9._-]+)?$`)
 
 // knownParams lists every URL parameter, in the order URL writes them.
-var knownParams = []string{"subject", "durable", "create", "storage", "window", "ack_wait", "max_deliveries", "backoff", "max_batch", "ordered", "pin_ttl"}
+var knownParams = []string{"subject", "durable", "create", "storage", "window", "ack_wait", "max_deliveries", "backoff", "max_batch"}
 
 // ParseURL reads a jetstream:// URL into the NATS server URL to dial and a
 // Config. It does not require durable, which only consuming needs. Every
@@ -351,16 +323,6 @@ func ParseURL(u *url.URL) (server string, cfg Config, err error) {
 		}
 		cfg.MaxBatch = n
 	}
-	if v, ok := get("ordered"); ok {
-		b, err := strconv.ParseBool(v)
-		if err != nil {
-			return "", Config{}, bad("ordered", "want true or false")
-		}
-		cfg.Ordered = b
-	}
-	if cfg.PinnedTTL, err = dur("pin_ttl", time.Millisecond); err != nil {
-		return "", Config{}, err
-	}
 	if p := cfg.check(false); p != nil {
 		return "", Config{}, bad(p.param, "%s", p.reason)
 	}
@@ -406,12 +368,6 @@ func (c Config) URL(server string) string {
 	}
 	if c.MaxBatch != 0 {
 		add("max_batch", strconv.Itoa(c.MaxBatch))
-	}
-	if c.Ordered {
-		add("ordered", "true")
-	}
-	if c.PinnedTTL != 0 {
-		add("pin_ttl", c.PinnedTTL.String())
 	}
 	u := url.URL{Scheme: Scheme, User: user, Host: host, Path: "/" + c.Stream, RawQuery: strings.Join(q, "&")}
 	return u.String()

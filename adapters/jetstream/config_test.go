@@ -38,11 +38,6 @@ func TestParseURL(t *testing.T) {
 			}},
 		{"jetstream://h/S?subject=s&max_deliveries=-1&create=false&storage=file", "nats://h:4222",
 			Config{Stream: "S", Subject: "s", MaxDeliver: -1}},
-		{"jetstream://h/S?subject=s&durable=d&ordered=true", "nats://h:4222",
-			Config{Stream: "S", Subject: "s", Durable: "d", Ordered: true}},
-		{"jetstream://h/S?subject=s&ordered=true&ack_wait=10s&pin_ttl=1m", "nats://h:4222",
-			Config{Stream: "S", Subject: "s", Ordered: true, AckWait: 10 * time.Second, PinnedTTL: time.Minute}},
-		{"jetstream://h/S?subject=s&ordered=false", "nats://h:4222", Config{Stream: "S", Subject: "s"}},
 	}
 	for _, tc := range cases {
 		t.Run(tc.raw, func(t *testing.T) {
@@ -96,12 +91,6 @@ func TestParseURLErrors(t *testing.T) {
 		{"jetstream://h/S?subject=s&backoff=0s", "backoff", "positive durations"},
 		{"jetstream://h/S?subject=s&backoff=1s,2s,3s&max_deliveries=2", "backoff", "deliveries"},
 		{"jetstream://h/S?subject=s&max_batch=0", "max_batch", "positive"},
-		{"jetstream://h/S?subject=s&ordered=yes please", "ordered", "true or false"},
-		{"jetstream://h/S?subject=s&pin_ttl=1m", "pin_ttl", "add ordered=true"},
-		{"jetstream://h/S?subject=s&ordered=true&pin_ttl=soon", "pin_ttl", "duration"},
-		// 10s of ack wait: 5s of pull wait + 10s + 1s of slack at least.
-		{"jetstream://h/S?subject=s&ordered=true&ack_wait=10s&pin_ttl=15s", "pin_ttl", "shorter than the 16s"},
-		{"jetstream://h/S?subject=s&ordered=true&backoff=1s,5s", "backoff", "ordered durable cannot have BackOff"},
 		{"jetstream://h/S?subject=s&durble=x", "durble", "unknown parameter"},
 		{"jetstream://h/S?subject=s&subject=t", "subject", "2 times"},
 		{"jetstream://h:0/S?subject=s", "host", "port"},
@@ -157,7 +146,6 @@ func TestConfigURLRoundTrip(t *testing.T) {
 			Stream: "S", Subject: "s", Storage: jetstream.MemoryStorage, Duplicates: 1500 * time.Millisecond,
 			AckWait: time.Second, MaxDeliver: -1, BackOff: []time.Duration{time.Second, time.Minute}, MaxBatch: 3,
 		}},
-		{"h:1", Config{Stream: "S", Subject: "s", Durable: "d", Ordered: true, AckWait: 2 * time.Second, PinnedTTL: 5 * time.Second}},
 	}
 	for _, tc := range cases {
 		raw := tc.cfg.URL(tc.server)
@@ -187,7 +175,6 @@ func FuzzParseURL(f *testing.F) {
 		"jetstream://h:/S?subject=",
 		"jetstream:S",
 		"jetstream://h/S?subject=%2A",
-		"jetstream://h/S?subject=s&durable=d&ordered=true&ack_wait=1s&pin_ttl=3s",
 	} {
 		f.Add(s)
 	}

@@ -1,16 +1,12 @@
 package jetstream
 
 // The adapter conformance suite (adapters/adaptertest) against real NATS
-// servers: the embedded nats-server TestMain starts, with an ordinary
-// durable and with an ordered one; the out-of-process server of go.mod's
-// release (internal/natsbin), with an ordered durable; and the local
-// server at 127.0.0.1:4222 (2.9.10: skipped when unreachable outside CI,
-// failed under CI), with an ordinary durable, where an ordered Consumer is
-// refused for the server's version. The Restart check runs on the
-// embedded ones only: it gets a private embedded server of its own, with
-// file storage, which it shuts down and starts again on the same port and
-// store directory; elsewhere it is skipped, since the shared servers are
-// never restarted.
+// servers: the embedded nats-server TestMain starts and the local server at
+// 127.0.0.1:4222 (skipped when unreachable outside CI, failed under CI).
+// The Restart check runs on neither: under "embedded" it gets a private
+// embedded server of its own, with file storage, which it shuts down and
+// starts again on the same port and store directory; under "local" it is
+// skipped, since the shared server is never restarted.
 
 import (
 	"context"
@@ -25,39 +21,25 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/dedupq/dedupq/adapters/adaptertest"
-	"github.com/dedupq/dedupq/driver"
 )
 
 func TestConformance(t *testing.T) {
-	local := server{"local", "nats://" + localAddr}
-	for _, env := range []struct {
-		name    string
-		srv     func(t *testing.T) server
-		ordered bool
-	}{
-		{"embedded", func(*testing.T) server { return server{"embedded", embeddedURL} }, false},
-		{"embedded-ordered", func(*testing.T) server { return server{"embedded", embeddedURL} }, true},
-		{"current-ordered", func(t *testing.T) server { return currentServer(t) }, true},
-		{"local", func(t *testing.T) server { needServer(t, local); return local }, false},
-	} {
-		t.Run(env.name, func(t *testing.T) {
-			adaptertest.Run(t, harness{env.srv(t), env.ordered})
+	for _, srv := range servers() {
+		t.Run(srv.name, func(t *testing.T) {
+			needServer(t, srv)
+			adaptertest.Run(t, harness{srv})
 		})
 	}
 }
 
 // harness gives every subtest a fresh stream and durable, opened through
-// the URL opener as a user's program would; ordered asks for an ordered
-// durable (ordered=true).
-type harness struct {
-	srv     server
-	ordered bool
-}
+// the URL opener as a user's program would.
+type harness struct{ srv server }
 
 func (h harness) Capabilities() adaptertest.Capabilities {
-	// A durable without a pinned priority group hands a group's messages
-	// to every consumer at once: an ordered Consumer is refused on it.
-	return adaptertest.Capabilities{OrdersGroups: h.ordered, ConfiguresWindow: true}
+	// One stream keeps one order, but concurrent handlers and immediate
+	// nack redelivery do not keep a group's messages one at a time.
+	return adaptertest.Capabilities{OrdersGroups: false, ConfiguresWindow: true}
 }
 
 func (h harness) Open(ctx context.Context, t *testing.T, c adaptertest.Config) adaptertest.Entity {
@@ -73,7 +55,7 @@ func (h harness) Open(ctx context.Context, t *testing.T, c adaptertest.Config) a
 		Stream: name, Subject: "dedupq.conformance." + strings.ToLower(name), Durable: "conformance",
 		CreateStream: true, Storage: storage,
 		Duplicates: max(c.DedupWindow, 100*time.Millisecond), // the server's minimum
-		AckWait:    c.AckWait, MaxDeliver: c.MaxDeliveries, Ordered: h.ordered,
+		AckWait:    c.AckWait, MaxDeliver: c.MaxDeliveries,
 	}
 	if cfg.MaxDeliver <= 0 {
 		cfg.MaxDeliver = -1
@@ -108,10 +90,6 @@ func (h harness) Open(ctx context.Context, t *testing.T, c adaptertest.Config) a
 			}
 		},
 		DeadLetters: terms.ids,
-		// A second process's: a connection of its own.
-		AnotherSubscription: func(ctx context.Context) (driver.Subscription, error) {
-			return URLOpener{}.OpenSubscription(ctx, u)
-		},
 	}
 }
 

@@ -31,11 +31,6 @@
 //	max_deliveries=5      the consumer's MaxDeliver (-1 unlimited): same
 //	backoff=1s,5s,30s     the consumer's BackOff: same
 //	max_batch=1024        messages per concurrent publish batch
-//	ordered=true          a durable that keeps each GroupKey's order: created
-//	                      with a pinned priority group, checked otherwise
-//	                      (see Ordered groups)
-//	pin_ttl=40s           an ordered durable's PinnedTTL: used when creating
-//	                      it, checked against it otherwise
 //
 // A missing, repeated, malformed or unknown parameter is a
 // *dedupq.ParamError naming it.
@@ -87,9 +82,8 @@
 // OpenTopic checks that, and create=true makes a stream with the subjects
 // "<subject>" and "<subject>.>". A Subscription consumes the
 // whole stream and returns the suffix as GroupKey. JetStream keeps one
-// order per stream, so messages of one group arrive in publish order; an
-// ordered Consumer, which runs them one at a time, needs an ordered
-// durable (see Ordered groups).
+// order per stream, so messages of one group arrive in publish order;
+// handlers running concurrently may still finish out of order.
 //
 // # Window
 //
@@ -163,78 +157,10 @@
 // shorter, and asks for at most its MaxRequestBatch, both read from the
 // server at open. Opening refuses, with a *DurableError, a durable with a
 // MaxRequestExpires under 1s and one with a PriorityPolicy (priority
-// groups, server 2.11+) other than an ordered durable's, pinned_client with
-// one group: the pulls would have to name a group and a rank this package
-// cannot choose. A pull refused because MaxWaiting pulls wait already is
-// transient: the Consumer retries with its backoff. A pull refused for a
-// limit lowered after the open, or for a PriorityPolicy added since, makes
-// Receive read the durable again: the next pull fits the new limit; a
-// durable no longer usable fails with the *DurableError.
-//
-// # Ordered groups
-//
-// A Consumer with ConsumerOptions.Ordered runs the messages of a GroupKey
-// one at a time, in publish order, and different groups at once up to its
-// Concurrency. On JetStream it needs an ordered durable: ordered=true
-// (Config.Ordered) creates the durable with PriorityPolicy pinned_client
-// and one priority group, PriorityGroup, and checks an existing one for
-// them (an update can add them to a durable: the refusal says which).
-// Priority groups need nats-server 2.11 or later; an older one would take
-// them for unknown fields and create a durable without them, so there
-// ordered=true is refused at open, naming the version, and an ordered
-// Consumer on another durable is refused too. A Subscription on an
-// ordered durable pulls as its group (OrdersGroups, Ordering).
-//
-// The server hands an ordered durable's messages to one consumer at a
-// time, the pinned one, and pins another only once that one has sent no
-// pull for PinnedTTL. So one process consumes an ordered durable at a
-// time and the others stand by: more processes add availability, not
-// throughput (for more, split the groups over several subjects and
-// durables). Within the process the portable layer keeps each group's
-// order.
-//
-// A takeover must not hand a new owner message n+1 of a group before the
-// old owner's unsettled n comes back. JetStream redelivers what is due
-// before new messages, so it suffices that all the old owner may still
-// hold is due for redelivery before the pin moves: PinnedTTL is at least
-// the longest pull (the durable's MaxRequestExpires, which ordered=true
-// sets to half the ack wait, from 1s to 5s) plus the ack wait plus a
-// second of slack (MinPinnedTTL: 36s with the default 30s ack wait; 3s
-// with ack_wait=1s). pin_ttl sets a longer one; an existing durable with a
-// shorter one is refused, naming the fix. A consumer whose handlers are
-// all busy does not receive, so while it holds deliveries (or nacked ones
-// are not yet due) the Subscription renews its pin every half pull wait
-// with a pull that cannot take a message (one byte at most). A standby
-// does not keep pulls waiting, since the server moves a redelivery that a
-// waiting pull may not take to the end of its redelivery queue, which
-// would put the owner's given-back messages out of order; it reads the
-// durable every quarter PinnedTTL (at most a second) and pulls once no one
-// is pinned. A group thus waits up to PinnedTTL and that poll after its
-// owner stopped (Ordering.Takeover; dedupq check prints it), for the
-// window's model to count.
-//
-// The old owner's deliveries come back in the order of their ack
-// deadlines, not the stream's (a running one extended, those waiting
-// behind it not). The pull that pins a Subscription (at its start, at a
-// takeover, and after a server restart, which forgets pins) therefore
-// collects every redelivery then due and hands them out in stream order;
-// those beyond what the Consumer asked for are nacked again, in that
-// order, which costs each one delivery: count it against max_deliveries.
-//
-// A nack waits at most PinnedTTL less the pull wait less a second (the
-// ack wait, with the PinnedTTL ordered=true sets; Ordering.MaxNackDelay):
-// a message nacked for longer could still wait when another consumer is
-// pinned, which would be handed later messages of its group first. A
-// longer pin_ttl allows longer delays. An ordered durable has no BackOff,
-// with which a redelivery's hold, and a nack's delay, would depend on its
-// delivery count.
-//
-// Not covered: when the owner's handlers are all busy for longer than half
-// a pull wait while several given-back messages of a group wait for
-// redelivery, the pull that renews its pin can make the server move one of
-// them to the end of its queue as well (the pull may take none), and
-// those two can come back out of order; and a message lost in flight when
-// Receive is cancelled (see Consuming) comes back after its ack wait,
-// behind later messages of its group if the same Subscription, still
-// pinned, receives again meanwhile.
+// groups, server 2.11+), whose pulls would have to name a group. A pull
+// refused because MaxWaiting pulls wait already is transient: the Consumer
+// retries with its backoff. A pull refused for a limit lowered after the
+// open, or for a PriorityPolicy added since, makes Receive read the durable
+// again: the next pull fits the new limit; a durable no longer usable
+// fails with the *DurableError.
 package jetstream

@@ -7,9 +7,6 @@ import (
 	"fmt"
 	"log"
 	"net/url"
-	"strconv"
-	"sync"
-	"time"
 
 	"github.com/dedupq/dedupq"
 	"github.com/dedupq/dedupq/adapters/jetstream"
@@ -63,64 +60,4 @@ func ExampleParseURL() {
 	// Output:
 	// nats://127.0.0.1:4222 ORDERS orders 1m0s <nil>
 	// dedupq: URL "jetstream://127.0.0.1:4222/ORDERS?subject=orders&ack_wait=REDACTED": parameter "ack_wait": not a duration such as 30s or 2m
-}
-
-// An ordered durable (ordered=true): the server hands its messages to one
-// consumer at a time, and an ordered Consumer runs each GroupKey's
-// messages one at a time, in publish order.
-func ExampleConfig_ordered() {
-	ctx := context.Background()
-	natsURL, stop, err := embedded.Run(ctx, "")
-	if err != nil {
-		log.Fatal(err)
-	}
-	defer stop()
-
-	cfg := jetstream.Config{Stream: "ORDERS", Subject: "orders", Durable: "billing", CreateStream: true,
-		AckWait: 10 * time.Second, MaxDeliver: 5, Ordered: true}
-	pub, err := dedupq.OpenPublisher(ctx, cfg.URL(natsURL), dedupq.PublisherOptions{})
-	if err != nil {
-		log.Fatal(err)
-	}
-	defer pub.Close(ctx)
-	var msgs []*dedupq.Message
-	for i := 1; i <= 3; i++ {
-		for _, customer := range []string{"alice", "bob"} {
-			msgs = append(msgs, &dedupq.Message{ID: fmt.Sprintf("%s-%d", customer, i), Body: []byte(strconv.Itoa(i)), GroupKey: customer})
-		}
-	}
-	if _, err := pub.PublishBatch(ctx, msgs); err != nil {
-		log.Fatal(err)
-	}
-
-	con, err := dedupq.OpenConsumer(ctx, cfg.URL(natsURL), dedupq.ConsumerOptions{Ordered: true, Concurrency: 8})
-	if err != nil {
-		log.Fatal(err)
-	}
-	defer con.Close(ctx)
-	var mu sync.Mutex
-	handled := map[string][]string{}
-	runCtx, done := context.WithCancel(ctx)
-	err = con.Run(runCtx, func(_ context.Context, d *dedupq.Delivery) error {
-		mu.Lock()
-		defer mu.Unlock()
-		handled[d.Message.GroupKey] = append(handled[d.Message.GroupKey], string(d.Message.Body))
-		if len(handled["alice"])+len(handled["bob"]) == len(msgs) {
-			done()
-		}
-		return nil
-	})
-	if err != nil {
-		log.Fatal(err)
-	}
-	fmt.Println("alice:", handled["alice"], "bob:", handled["bob"])
-	// Output: alice: [1 2 3] bob: [1 2 3]
-}
-
-// The PinnedTTL an ordered durable is created with: its pull wait (half
-// the ack wait, from 1s to 5s), the ack wait and a second of slack. A
-// group whose consumer stops waits that long, and a poll, for another.
-func ExampleMinPinnedTTL() {
-	fmt.Println(jetstream.MinPinnedTTL(30*time.Second), jetstream.MinPinnedTTL(time.Second))
-	// Output: 36s 3s
 }

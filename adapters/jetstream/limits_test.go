@@ -221,9 +221,8 @@ func TestDurableRequestLimitsRun(t *testing.T) {
 }
 
 // TestPriorityGroupDurableRefused: a durable with a PriorityPolicy (server
-// 2.11+) other than an ordered durable's (pinned_client with one group) is
-// refused at open, naming the setting, for each policy the embedded server
-// knows.
+// 2.11+) is refused at open, naming the setting, for each policy the
+// embedded server knows.
 func TestPriorityGroupDurableRefused(t *testing.T) {
 	srv := servers()[0]
 	cases := []struct {
@@ -234,8 +233,8 @@ func TestPriorityGroupDurableRefused(t *testing.T) {
 		{"overflow", func(c *jetstream.ConsumerConfig) {
 			c.PriorityPolicy, c.PriorityGroups = jetstream.PriorityPolicyOverflow, []string{"jobs"}
 		}, "its PriorityPolicy is overflow"},
-		{"pinned client with two groups", func(c *jetstream.ConsumerConfig) {
-			c.PriorityPolicy, c.PriorityGroups, c.PinnedTTL = jetstream.PriorityPolicyPinned, []string{"jobs", "other"}, time.Minute
+		{"pinned client", func(c *jetstream.ConsumerConfig) {
+			c.PriorityPolicy, c.PriorityGroups, c.PinnedTTL = jetstream.PriorityPolicyPinned, []string{"jobs"}, time.Minute
 		}, "its PriorityPolicy is pinned_client"},
 		{"prioritized", func(c *jetstream.ConsumerConfig) {
 			c.PriorityPolicy, c.PriorityGroups = jetstream.PriorityPolicyPrioritized, []string{"jobs"}

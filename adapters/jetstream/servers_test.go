@@ -8,10 +8,6 @@ package jetstream
 // machine at 127.0.0.1:4222 (Debian 12's 2.9.10 on this machine kind: the
 // oldest release the tests cover). The local server's tests are skipped
 // when it is unreachable and CI is unset; under CI they fail instead.
-// The ordered-group tests also run on a nats-server of go.mod's release
-// in a process of its own (internal/natsbin builds it; started on first
-// use, on a loopback port of its own, and SIGKILLed by TestMain), which
-// 2.9.10 cannot stand in for: ordered durables need 2.11.
 
 import (
 	"context"
@@ -32,7 +28,6 @@ import (
 
 	"github.com/dedupq/dedupq/adapters/adaptertest"
 	"github.com/dedupq/dedupq/adapters/jetstream/embedded"
-	"github.com/dedupq/dedupq/internal/natsbin"
 )
 
 // localAddr is the NATS server this machine runs.
@@ -42,9 +37,6 @@ const localAddr = "127.0.0.1:4222"
 var embeddedURL string
 
 func TestMain(m *testing.M) {
-	if url := os.Getenv(ownerChildEnv); url != "" {
-		os.Exit(runOwnerChild(url))
-	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	url, stop, err := embedded.Run(ctx, "")
 	cancel()
@@ -55,54 +47,7 @@ func TestMain(m *testing.M) {
 	embeddedURL = url
 	code := m.Run()
 	stop()
-	if current.stop != nil {
-		current.stop()
-	}
 	os.Exit(code)
-}
-
-// current is the out-of-process server of go.mod's release.
-var current struct {
-	once sync.Once
-	url  string
-	stop func()
-	err  error
-}
-
-// currentServer starts the out-of-process server on first use; TestMain
-// stops it. It fails t when the server cannot be built or started: the
-// build needs nothing the module's own build does not.
-func currentServer(t testing.TB) server {
-	t.Helper()
-	current.once.Do(func() {
-		dir, err := os.MkdirTemp("", "dedupq-natsbin-*")
-		if err != nil {
-			current.err = err
-			return
-		}
-		// A cold build takes a minute or two on two cores.
-		ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
-		defer cancel()
-		url, stop, err := natsbin.Start(ctx, dir)
-		if err != nil {
-			os.RemoveAll(dir)
-			current.err = err
-			return
-		}
-		current.url = url
-		current.stop = func() { stop(); os.RemoveAll(dir) }
-	})
-	if current.err != nil {
-		t.Fatalf("starting the out-of-process nats-server: %v", current.err)
-	}
-	return server{"current", current.url}
-}
-
-// forEachOrderedServer runs f on the servers with priority groups (2.11+),
-// one subtest each: the embedded one and the out-of-process one.
-func forEachOrderedServer(t *testing.T, f func(t *testing.T, srv server)) {
-	t.Run("embedded", func(t *testing.T) { f(t, server{"embedded", embeddedURL}) })
-	t.Run("current", func(t *testing.T) { f(t, currentServer(t)) })
 }
 
 // server is one NATS server the tests run against.

@@ -69,7 +69,6 @@ type Subscription struct {
 	cons      jetstream.Consumer       // nil until the durable exists (Provision)
 	consCfg   jetstream.ConsumerConfig // as last read from the server, or as it will be created
 	closed    bool
-	ord       orderState // on an ordered durable (ordered.go)
 }
 
 var (
@@ -94,11 +93,6 @@ func OpenSubscription(ctx context.Context, nc *nats.Conn, cfg Config) (*Subscrip
 func newSubscription(ctx context.Context, nc *nats.Conn, cfg Config, ownConn bool) (*Subscription, error) {
 	if err := cfg.validate(true); err != nil {
 		return nil, err
-	}
-	if cfg.Ordered {
-		if err := checkOrderedServer(nc.ConnectedServerVersion()); err != nil {
-			return nil, err
-		}
 	}
 	js, err := jetstream.New(nc)
 	if err != nil {
@@ -183,17 +177,13 @@ func (s *Subscription) consumer(ctx context.Context) (jetstream.Consumer, error)
 
 // consumerConfig is the durable createConsumer makes.
 func consumerConfig(cfg Config) jetstream.ConsumerConfig {
-	c := jetstream.ConsumerConfig{
+	return jetstream.ConsumerConfig{
 		Durable:    cfg.Durable,
 		AckPolicy:  jetstream.AckExplicitPolicy,
 		AckWait:    cfg.AckWait,
 		MaxDeliver: cfg.MaxDeliver,
 		BackOff:    cfg.BackOff,
 	}
-	if cfg.Ordered {
-		orderedConfig(&c, cfg)
-	}
-	return c
 }
 
 // plannedConsumer is the durable createConsumer makes as the server will
@@ -243,15 +233,13 @@ func createConsumer(ctx context.Context, stream jetstream.Stream, cfg Config) (j
 // checkConsumer checks a durable's configuration c against cfg, and that
 // the adapter's pulls can work with it.
 //
-// A durable with the pinned_client PriorityPolicy and one PriorityGroup is
-// pulled from as that group (an ordered durable; see ordered.go). Any
-// other PriorityPolicy is refused: the server refuses every pull on it
-// that names none of its PriorityGroups ("Priority Group missing"), and
-// the adapter has no setting for the group to pull as. Picking one on its
-// own would be wrong for each policy: among several pinned groups it would
-// take the pin from the client the operator meant to hold it, overflow
-// needs the thresholds that make a pull an overflow one, and prioritized
-// needs a priority that ranks this client against the others.
+// A durable with a PriorityPolicy is refused: the server refuses every
+// pull on it that names none of its PriorityGroups ("Priority Group
+// missing"), and the adapter has no setting for the group to pull as.
+// Picking one on its own would be wrong for each policy: pinned_client
+// would take the pin from the client the operator meant to hold it,
+// overflow needs the thresholds that make a pull an overflow one, and
+// prioritized needs a priority that ranks this client against the others.
 func checkConsumer(c jetstream.ConsumerConfig, cfg Config) error {
 	var problems []string
 	if c.DeliverSubject != "" {
@@ -264,17 +252,10 @@ func checkConsumer(c jetstream.ConsumerConfig, cfg Config) error {
 		problems = append(problems, fmt.Sprintf("its MaxRequestExpires is %s, too short for dedupq's pulls: raise MaxRequestExpires to %s or more, or to 0 for no limit",
 			window.FormatDuration(c.MaxRequestExpires), minPullWait))
 	}
-	switch {
-	case pinnedGroup(c) != "":
-		if cfg.Ordered {
-			problems = append(problems, orderProblems(c, cfg)...)
-		}
-	case c.PriorityPolicy != jetstream.PriorityPolicyNone || len(c.PriorityGroups) > 0:
+	if c.PriorityPolicy != jetstream.PriorityPolicyNone || len(c.PriorityGroups) > 0 {
 		policy, _ := c.PriorityPolicy.MarshalJSON()
-		problems = append(problems, fmt.Sprintf("its PriorityPolicy is %s with PriorityGroups %v; dedupq pulls without a priority group, or as the one group of a pinned_client durable, and the server refuses those pulls on such a durable: use a durable without PriorityPolicy and PriorityGroups, or with pinned_client and one group",
+		problems = append(problems, fmt.Sprintf("its PriorityPolicy is %s with PriorityGroups %v; dedupq pulls without a priority group, which the server refuses on such a durable: use a durable without PriorityPolicy and PriorityGroups",
 			strings.Trim(string(policy), `"`), c.PriorityGroups))
-	case cfg.Ordered:
-		problems = append(problems, "it has no pinned priority group, so every consumer pulls from it at once and a group's messages run in several: ordered=true needs a durable with PriorityPolicy pinned_client, one PriorityGroup and a PinnedTTL of at least its pull wait plus its ack wait plus 1s: give it those (an update can), or use a new durable name, which dedupq creates so")
 	}
 	// With BackOff the server sets AckWait to its first entry.
 	if cfg.AckWait != 0 && len(cfg.BackOff) == 0 && c.AckWait != cfg.AckWait {
@@ -305,9 +286,6 @@ func (s *Subscription) Receive(ctx context.Context, n int) ([]*driver.Delivery, 
 	cons, err := s.consumer(ctx)
 	if err != nil {
 		return nil, err
-	}
-	if group := s.pullGroup(); group != "" {
-		return s.receiveOrdered(ctx, cons, group, n)
 	}
 	for {
 		if err := ctx.Err(); err != nil {
@@ -357,12 +335,6 @@ func (s *Subscription) refused(ctx context.Context, cons jetstream.Consumer, err
 // fetchNoWait takes what is waiting, up to n, without waiting.
 func (s *Subscription) fetchNoWait(cons jetstream.Consumer, n int) ([]*driver.Delivery, error) {
 	batch, err := cons.FetchNoWait(n)
-	return s.fetched(batch, err, n)
-}
-
-// fetched is what a pull of up to n brought: its deliveries, or its error
-// when it brought none.
-func (s *Subscription) fetched(batch jetstream.MessageBatch, err error, n int) ([]*driver.Delivery, error) {
 	if err != nil {
 		return nil, fmt.Errorf("jetstream: fetch: %w", err)
 	}
@@ -382,15 +354,14 @@ func (s *Subscription) fetched(batch jetstream.MessageBatch, err error, n int) (
 // message published after Receive returned, count a delivery nobody
 // handled (the next Run sees attempt 2 of a new message, and a consumer
 // with MaxDeliver loses one of its deliveries) and hold it for its AckWait
-// unless something gives it back. opts are added to the pull's (the
-// priority group of an ordered durable).
-func (s *Subscription) waitOne(ctx context.Context, cons jetstream.Consumer, opts ...jetstream.FetchOpt) (*driver.Delivery, error) {
+// unless something gives it back.
+func (s *Subscription) waitOne(ctx context.Context, cons jetstream.Consumer) (*driver.Delivery, error) {
 	s.mu.Lock()
 	wait := pullWait(s.consCfg)
 	s.mu.Unlock()
 	pctx, cancel := context.WithTimeout(ctx, wait)
 	defer cancel()
-	batch, err := cons.Fetch(1, append(opts, jetstream.FetchContext(pctx))...)
+	batch, err := cons.Fetch(1, jetstream.FetchContext(pctx))
 	if err != nil {
 		if err := ctx.Err(); err != nil {
 			return nil, err
@@ -516,14 +487,12 @@ func (s *Subscription) AckUnconfirmed(d *driver.Delivery) error {
 
 // Nack returns d for redelivery: at once when delay is zero, else after
 // delay (plus, on a consumer with BackOff, the server's adjustment
-// described in the package doc). On an ordered durable the delay is at
-// most its MaxNackDelay (see the package doc).
+// described in the package doc).
 func (s *Subscription) Nack(ctx context.Context, d *driver.Delivery, delay time.Duration) error {
 	m, err := msgOf(d)
 	if err != nil {
 		return err
 	}
-	delay = s.nackDelay(delay)
 	if delay > 0 {
 		err = m.NakWithDelay(delay)
 	} else {
@@ -555,7 +524,6 @@ func (s *Subscription) Extend(ctx context.Context, d *driver.Delivery, by time.D
 	if err != nil {
 		return err
 	}
-	s.extended(d)
 	return s.flush(ctx, "in progress", m.InProgress())
 }
 
@@ -627,7 +595,6 @@ func (s *Subscription) Close() error {
 	}
 	s.closed = true
 	s.mu.Unlock()
-	s.stopKeeper()
 	// A flush is a round trip after every ack handed to the connection
 	// (AckUnconfirmed's): once it returns the server has them, so none
 	// is lost to the close and redelivered.

@@ -348,18 +348,6 @@ func TestParseURL(t *testing.T) {
 		{"pubsub://p1x/orders?emulator=127.0.0.1:8085&ack_wait=30s&max_extension=10m&max_outstanding=50&publish_timeout=5s", "",
 			dpubsub.URLConfig{Project: "p1x", ID: "orders", Emulator: "127.0.0.1:8085", Options: dpubsub.Options{
 				AckExtension: 30 * time.Second, MaxExtension: 10 * time.Minute, MaxOutstandingMessages: 50, PublishTimeout: 5 * time.Second}}},
-		{"pubsub://p1x/wk1?emulator=127.0.0.1:8085&create=true&topic=orders&ordering=true&exactly_once=true&retention=1h", "",
-			dpubsub.URLConfig{Project: "p1x", ID: "wk1", Emulator: "127.0.0.1:8085", Options: dpubsub.Options{
-				Create: true, Topic: "orders", MessageOrdering: true, ExactlyOnce: true, Retention: time.Hour}}},
-		{"pubsub://p1x/wk1?ordering=false", "", dpubsub.URLConfig{Project: "p1x", ID: "wk1"}},
-		{"pubsub://p1x/wk1?create=true&topic=orders", "create", dpubsub.URLConfig{}},
-		{"pubsub://p1x/wk1?emulator=127.0.0.1:8085&create=yes", "create", dpubsub.URLConfig{}},
-		{"pubsub://p1x/wk1?ordering=1x", "ordering", dpubsub.URLConfig{}},
-		{"pubsub://p1x/wk1?exactly_once=on", "exactly_once", dpubsub.URLConfig{}},
-		{"pubsub://p1x/wk1?topic=a/b", "topic", dpubsub.URLConfig{}},
-		{"pubsub://p1x/wk1?topic=goog-x", "topic", dpubsub.URLConfig{}},
-		{"pubsub://p1x/wk1?retention=5m", "retention", dpubsub.URLConfig{}},
-		{"pubsub://p1x/wk1?retention=800h", "retention", dpubsub.URLConfig{}},
 		{"pubsub:///orders", "project", dpubsub.URLConfig{}},
 		{"pubsub://Bad_Project/orders", "project", dpubsub.URLConfig{}},
 		{"pubsub://p1x:8085/orders", "project", dpubsub.URLConfig{}},

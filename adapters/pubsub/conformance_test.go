@@ -16,18 +16,9 @@ package pubsub_test
 // Known gaps of the servers, and how this copes:
 //   - Pub/Sub has no publish-side dedup, so the suite's Dedup check skips
 //     itself (the window is KindNone).
-//   - The suite runs on plain subscriptions (GroupOrdering then checks that
-//     an ordered Consumer is refused) and on ordered ones ("ordered": message
-//     ordering and exactly-once delivery, made by Options.Create; see
-//     ordered_test.go for what each server models of ordering). Ordered
-//     ones have no dead-letter policy: pstest, after forwarding a message
-//     of an ordered subscription to the dead-letter topic, keeps it (its
-//     internal ack passes the message ID where an ack ID is expected, and
-//     is ignored as stale: fake.go, pull/deliver and ack), so the message
-//     blocks its key for good and is forwarded again on every delivery
-//     pass; the emulator stops delivering it after max_delivery_attempts
-//     but forwards nothing. Terminate with a dead-letter policy on an
-//     ordered subscription is therefore not tested here.
+//   - Pub/Sub's ordering keys do not give the suite's OrdersGroups guarantee
+//     (a nacked message comes back with every later message of its key), so
+//     GroupOrdering is skipped.
 //   - pstest accepts an ack with a stale ack ID and reports every ack result
 //     as Success, even on exactly-once subscriptions; the real service (and
 //     the emulator, tested in exactlyonce_test.go) refuses it. Ack results
@@ -42,9 +33,8 @@ package pubsub_test
 // connection (as Pub/Sub never loses a subscription to a restart), but has
 // no messages, so the check restarts only once everything published so
 // far was handled (Restarter.Forgets). What it proves is the outage: a
-// publisher retrying through it and a consumer waiting it out; the
-// ordered run leaves it to the plain one. Under "emulator" the check is
-// skipped: the Java emulator takes seconds to
+// publisher retrying through it and a consumer waiting it out. Under
+// "emulator" the check is skipped: the Java emulator takes seconds to
 // start and loses its state the same way, so it would prove nothing more.
 
 import (
@@ -63,7 +53,6 @@ import (
 
 	"github.com/dedupq/dedupq/adapters/adaptertest"
 	dpubsub "github.com/dedupq/dedupq/adapters/pubsub"
-	"github.com/dedupq/dedupq/driver"
 )
 
 // server is one Pub/Sub server the tests talk to.
@@ -162,26 +151,17 @@ func (s server) options() *dpubsub.Options {
 	return &dpubsub.Options{AckExtension: max(s.minAckDeadline, 2*time.Second), PublishTimeout: 10 * time.Second}
 }
 
-// harness opens fresh subscriptions on srv; ordered ones have message
-// ordering and exactly-once delivery, and the suite's consumers then ask
-// for ConsumerOptions.Ordered.
-type harness struct {
-	srv     server
-	ordered bool
-}
+type harness struct{ srv server }
 
-func (h harness) Capabilities() adaptertest.Capabilities {
-	return adaptertest.Capabilities{WaitTimeout: 15 * time.Second, OrdersGroups: h.ordered}
+func (harness) Capabilities() adaptertest.Capabilities {
+	return adaptertest.Capabilities{WaitTimeout: 15 * time.Second}
 }
 
 func (h harness) Open(ctx context.Context, t *testing.T, cfg adaptertest.Config) adaptertest.Entity {
-	if cfg.Restartable && h.srv.name == "pstest" && !h.ordered {
+	if cfg.Restartable && h.srv.name == "pstest" {
 		return openRestartable(ctx, t, cfg)
 	}
 	c := h.srv.client(t)
-	if h.ordered {
-		return h.openOrdered(ctx, t, c)
-	}
 	f := h.srv.create(ctx, t, c, subConfig{ackDeadline: cfg.AckWait, maxDeliveries: cfg.MaxDeliveries})
 	tp, err := dpubsub.OpenTopic(ctx, c, f.topic, h.srv.options())
 	if err != nil {
@@ -203,51 +183,17 @@ func (h harness) Open(ctx context.Context, t *testing.T, cfg adaptertest.Config)
 	return ent
 }
 
-// openOrdered opens a fresh topic and a subscription that Options.Create
-// makes, with message ordering and exactly-once delivery, when the
-// Consumer provisions it (so the Provision check compares the plan with
-// what was made). It has no dead-letter policy, which Create does not make
-// and neither server honours on an ordered subscription (see the file
-// comment): Config.MaxDeliveries is ignored, and reported as unlimited.
-func (h harness) openOrdered(ctx context.Context, t *testing.T, c *gpubsub.Client) adaptertest.Entity {
-	project := "projects/" + c.Project()
-	topic, subName := project+"/topics/"+uniqueID("topic"), project+"/subscriptions/"+uniqueID("sub")
-	createTopic(ctx, t, c, topic)
-	t.Cleanup(func() {
-		_ = c.SubscriptionAdminClient.DeleteSubscription(context.Background(), &pb.DeleteSubscriptionRequest{Subscription: subName})
-	})
-	tp, err := dpubsub.OpenTopic(ctx, c, topic, h.srv.options())
-	if err != nil {
-		t.Fatalf("OpenTopic: %v", err)
-	}
-	opts := h.srv.options()
-	opts.Create, opts.Topic, opts.MessageOrdering, opts.ExactlyOnce = true, topic, true, true
-	sub, err := dpubsub.OpenSubscription(ctx, c, subName, opts)
-	if err != nil {
-		t.Fatalf("OpenSubscription: %v", err)
-	}
-	return adaptertest.Entity{Topic: tp, Subscription: sub,
-		// A second process: a subscriber client of its own.
-		AnotherSubscription: func(ctx context.Context) (driver.Subscription, error) {
-			return dpubsub.OpenSubscription(ctx, h.srv.client(t), subName, opts)
-		},
-	}
-}
-
 func TestConformance(t *testing.T) {
 	tests := []struct {
-		name    string
-		srv     func(testing.TB) server
-		ordered bool
+		name string
+		srv  func(testing.TB) server
 	}{
-		{"pstest", func(testing.TB) server { return pstestServer() }, false},
-		{"pstest/ordered", func(testing.TB) server { return pstestServer() }, true},
-		{"emulator", emulatorServer, false},
-		{"emulator/ordered", emulatorServer, true},
+		{"pstest", func(testing.TB) server { return pstestServer() }},
+		{"emulator", emulatorServer},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			adaptertest.Run(t, harness{srv: tc.srv(t), ordered: tc.ordered})
+			adaptertest.Run(t, harness{srv: tc.srv(t)})
 		})
 	}
 }

@@ -10,8 +10,7 @@
 //	c, err := dedupq.OpenConsumer(ctx, "pubsub://my-project/orders-worker", dedupq.ConsumerOptions{Dedup: guard})
 //
 // or build drivers from a client with NewClient, OpenTopic and
-// OpenSubscription. See URLOpener for the URL's parameters; on an emulator,
-// create=true makes the topic and the subscription (Options.Create).
+// OpenSubscription. See URLOpener for the URL's parameters.
 //
 // # No publish-side dedup: the window is none
 //
@@ -37,8 +36,9 @@
 // A message's ID travels in the attribute AttrID ("dedupq-id") and comes back
 // as the delivery's Message.ID; attribute names starting with
 // ReservedAttrPrefix are reserved, so 99 of Pub/Sub's 100 attributes are
-// left to users. GroupKey is the ordering key (see Ordered groups below).
-// Result.BackendID and
+// left to users. GroupKey is the ordering key; publishing always enables
+// message ordering on the client, and a subscription delivers by key in
+// order only when it was created with message ordering. Result.BackendID and
 // Delivery.BackendID are Pub/Sub's message ID. A message published by
 // something other than dedupq (no AttrID) is delivered with its Pub/Sub
 // message ID as Message.ID, which is stable across its redeliveries and
@@ -93,10 +93,10 @@
 // channel. The callback then waits until the delivery is settled, so
 // nothing is acked or nacked implicitly, the client's flow control
 // (Options.MaxOutstandingMessages) counts messages until they are settled,
-// and on an ordered subscription a key's messages reach Receive one at a
-// time, in order (see Ordered groups). A message still waiting in a
-// callback when the Subscription closes is nacked, and so is one handed
-// out but never settled.
+// and on an ordered subscription the client's per-key sequencing holds:
+// the next message of a key is not handed out while the previous one is in
+// flight. A message still waiting in a callback when the Subscription
+// closes is nacked, and so is one handed out but never settled.
 //
 // Delivery.Attempt is the service's DeliveryAttempt, which Pub/Sub fills in
 // only on subscriptions with a dead-letter policy. Without one, the adapter
@@ -144,80 +144,6 @@
 // that process's handler, which will normally terminate it again. Without
 // a dead-letter policy Terminate acks the message: it is dropped, as
 // driver.Subscription asks.
-//
-// # Ordered groups
-//
-// GroupKey is Pub/Sub's ordering key, and an ordered Consumer
-// (ConsumerOptions.Ordered) runs on ordering keys:
-//
-//   - The subscription must have message ordering (EnableMessageOrdering),
-//     which can only be set when it is created. OrdersGroups
-//     (driver.GroupOrderer) reads it from the live subscription, so
-//     NewConsumer refuses an ordered Consumer on one without it, naming the
-//     fix; Options.Create with MessageOrdering (URL create=true&topic=T&
-//     ordering=true, on an emulator) creates one. It combines with
-//     exactly-once delivery (exactly_once=true), which stops a
-//     successfully acked message from coming back.
-//   - Publishing: every attempt's client Publisher has message ordering on,
-//     which a message with an ordering key needs; a message without one is
-//     published as before. Keys are checked before anything is sent: valid
-//     UTF-8, at most 1024 bytes. A failed publish pauses its key in the
-//     client until ResumePublish; the adapter never resumes, because the
-//     pause dies with the attempt's client Publisher, and the dedupq
-//     Publisher's retry sends the key's failed and later messages again in
-//     order, under the same IDs (see Publishing). A topic cannot tell
-//     whether its subscriptions order, so a Publisher never refuses a
-//     GroupKey here; the Consumer's check does. Pub/Sub keeps a key's order
-//     only among messages published in one region (publish through a
-//     regional endpoint, option.WithEndpoint), and takes at most 1 MB/s of
-//     publishes per key.
-//   - Delivery: Pub/Sub streams a key's messages to one subscriber client
-//     in order, several at a time, and keeps the key on that client while
-//     it is connected. The client library calls the receive callback for
-//     a key's messages one after another, each once the callback before
-//     it returned, and the adapter's callback returns once its delivery is
-//     settled: so Receive returns a key's messages one at a time, in
-//     publish order, and the Consumer runs the next once the one before
-//     succeeded or was terminated.
-//   - A failed head: the Consumer holds the message for its nack delay (a
-//     driver.NackHolder), then nacks it. Pub/Sub then redelivers it and
-//     every later message of its key, acked ones included ("Message
-//     redelivery" in Pub/Sub's ordering documentation). The client already
-//     holds some of those later messages and hands them out now: the
-//     Consumer gives each back unhandled (a short hold, then a nack), and so
-//     every message of the key that arrives before the head comes again
-//     (driver.GroupOrderer). No later message runs before its head, and the
-//     give-backs end: the head arrives behind them and runs, and the later
-//     ones come again after it, in order. Given back one at a time, they
-//     take about a quarter of a second each, and the Consumer waits for the
-//     head one lease (Options.AckExtension) after its delay: a key with
-//     more messages than that already in the client (40 at a 10 s lease,
-//     240 at the 60 s of an exactly-once subscription) can outlast the wait,
-//     after which the rest run before the head. Keep
-//     Options.MaxOutstandingMessages, which bounds what the client holds,
-//     below that where one key can carry that many messages at once.
-//   - Redelivered messages that were already acked are duplicates to a
-//     consumer-side dedup Guard, which drops them. On a subscription with a
-//     dead-letter policy every give-back counts a delivery attempt, so a
-//     message behind a head that keeps failing moves towards the
-//     dead-letter topic too; and Pub/Sub forwards to it on a best-effort
-//     basis, after which the key's order may not hold (its documentation
-//     says so). A terminated head (Terminate, with a dead-letter policy)
-//     lets the key's next message run while Pub/Sub is still redelivering
-//     the head to be dead-lettered.
-//   - Takeover: when a Subscription closes, the client nacks what it holds
-//     once its stream has closed, and Pub/Sub hands the key to another
-//     subscriber client from its first unacked message; a process that dies
-//     leaves its messages to come back when their lease (Options.AckExtension)
-//     runs out. Every message of the key then comes in order again.
-//
-// The tests run this on pstest and on the official emulator; neither is
-// Pub/Sub. pstest hands a key out one message at a time (the next once the
-// one before is acked), so a failed head's later messages are never in the
-// client; the emulator streams them as Pub/Sub does but requeues nacked
-// messages in the order of the nacks, behind the key's messages not yet
-// delivered, where Pub/Sub redelivers a key in publish order. See the
-// package's ordered_test.go.
 //
 // # Window and redelivery, read from the subscription
 //

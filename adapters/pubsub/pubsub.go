@@ -81,31 +81,6 @@ type Options struct {
 	// unsettled, including those waiting to be handed to Receive. Zero
 	// means 1000, the client's default.
 	MaxOutstandingMessages int
-
-	// Create makes what is missing, once the startup check passed
-	// (driver.Provisioner: nothing is created while opening): a Topic
-	// creates its topic; a Subscription creates Topic when it is missing,
-	// then the subscription on it, with AckDeadlineSeconds from
-	// AckExtension (Pub/Sub's 10 s without it) and MessageOrdering,
-	// ExactlyOnce and Retention as set. An existing one is used as it is,
-	// but must receive from Topic and have MessageOrdering and ExactlyOnce
-	// where they are set, because neither can be turned on later. The URL
-	// opener allows it on emulators only; on Google Cloud, create topics
-	// and subscriptions with infrastructure as code.
-	Create bool
-	// Topic is the topic (ID or full name) a subscription Create makes
-	// receives from; required with Create on a Subscription.
-	Topic string
-	// MessageOrdering is the EnableMessageOrdering of a subscription Create
-	// makes, which ConsumerOptions.Ordered needs (see the package doc).
-	MessageOrdering bool
-	// ExactlyOnce is the EnableExactlyOnceDelivery of a subscription Create
-	// makes.
-	ExactlyOnce bool
-	// Retention is the MessageRetentionDuration (10 min to 31 days) of a
-	// subscription Create makes, which bounds its redelivery and so the
-	// dedup TTL its consumers need; zero means Pub/Sub's 7 days.
-	Retention time.Duration
 }
 
 func (o *Options) withDefaults() (Options, error) {
@@ -122,8 +97,6 @@ func (o *Options) withDefaults() (Options, error) {
 		return v, fmt.Errorf("dedupq/pubsub: MaxExtension %s is negative", v.MaxExtension)
 	case v.MaxOutstandingMessages < 0:
 		return v, fmt.Errorf("dedupq/pubsub: MaxOutstandingMessages %d is negative", v.MaxOutstandingMessages)
-	case v.Retention != 0 && (v.Retention < minRetention || v.Retention > maxRetention):
-		return v, fmt.Errorf("dedupq/pubsub: Retention %s is outside Pub/Sub's 10m–31d", v.Retention)
 	}
 	if v.PublishTimeout == 0 {
 		v.PublishTimeout = defaultPublishTimeout

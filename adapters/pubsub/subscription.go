@@ -10,8 +10,6 @@ import (
 
 	gpubsub "cloud.google.com/go/pubsub/v2"
 	pb "cloud.google.com/go/pubsub/v2/apiv1/pubsubpb"
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
 
 	"github.com/dedupq/dedupq/driver"
 	"github.com/dedupq/dedupq/window"
@@ -71,7 +69,6 @@ const (
 	defaultMaxDeliveryAttempts = 5
 	defaultRetention           = 7 * 24 * time.Hour
 	minRetention               = 10 * time.Minute
-	maxRetention               = 31 * 24 * time.Hour
 )
 
 func readSubscription(ctx context.Context, c *gpubsub.Client, name string) (SubscriptionInfo, error) {
@@ -216,14 +213,8 @@ type Subscription struct {
 	ch      chan *inflight
 	closing chan struct{}
 
-	// topic is the full name of Options.Topic; empty when not set.
-	topic string
-
-	mu   sync.Mutex
-	info SubscriptionInfo
-	// pending: the subscription was missing at open and Options.Create
-	// will make it (Provision); info is the plan until then.
-	pending  bool
+	mu       sync.Mutex
+	info     SubscriptionInfo
 	closed   bool
 	run      *receiveRun
 	seen     map[string]int     // deliveries per message ID, without DeliveryAttempt
@@ -238,7 +229,6 @@ type Subscription struct {
 var (
 	_ driver.Subscription = (*Subscription)(nil)
 	_ driver.NackHolder   = (*Subscription)(nil)
-	_ driver.GroupOrderer = (*Subscription)(nil)
 )
 
 // receiveRun is one background call of the client's Subscriber.Receive.
@@ -271,9 +261,7 @@ func (it *inflight) settle(op string, f func()) string {
 }
 
 // OpenSubscription opens subscription (an ID in the client's project, or
-// projects/P/subscriptions/ID) for receiving, reading its settings first
-// (or, when it is missing and Options.Create will make it, planning them:
-// see Provision).
+// projects/P/subscriptions/ID) for receiving, reading its settings first.
 // The caller keeps ownership of client. Receiving starts with the first
 // Receive.
 func OpenSubscription(ctx context.Context, client *gpubsub.Client, subscription string, opts *Options) (*Subscription, error) {
@@ -289,31 +277,15 @@ func openSubscription(ctx context.Context, client *gpubsub.Client, owns bool, su
 	if err != nil {
 		return nil, err
 	}
+	info, err := readSubscription(ctx, client, name)
+	if err != nil {
+		return nil, err
+	}
 	s := &Subscription{
-		client: client, ownsClient: owns, name: name, opts: o,
+		client: client, ownsClient: owns, name: name, opts: o, lease: lease(info, o),
 		sub: client.Subscriber(name), ch: make(chan *inflight), closing: make(chan struct{}),
-		seen: map[string]int{}, poisoned: map[string]*poison{},
+		info: info, seen: map[string]int{}, poisoned: map[string]*poison{},
 	}
-	if o.Topic != "" {
-		if s.topic, err = fullName(client.Project(), "topics", o.Topic); err != nil {
-			return nil, err
-		}
-	} else if o.Create {
-		return nil, fmt.Errorf("dedupq/pubsub: Options.Create on subscription %s needs Options.Topic, the topic to create it on", name)
-	}
-	pbs, err := client.SubscriptionAdminClient.GetSubscription(ctx, &pb.GetSubscriptionRequest{Subscription: name})
-	switch {
-	case err == nil:
-		s.info = parseSubscription(pbs)
-		if err := s.matches(s.info); err != nil {
-			return nil, err
-		}
-	case o.Create && status.Code(err) == codes.NotFound:
-		s.info, s.pending = s.planned(), true
-	default:
-		return nil, fmt.Errorf("dedupq/pubsub: reading subscription %s: %w", name, err)
-	}
-	s.lease = lease(s.info, o)
 	// Every extension is exactly the lease, so that the lease the
 	// Subscription reports is the one a dead holder leaves behind.
 	s.sub.ReceiveSettings = gpubsub.ReceiveSettings{
@@ -343,15 +315,7 @@ func (s *Subscription) Info() SubscriptionInfo {
 	return s.info
 }
 
-// refresh reads the subscription again; one that Options.Create has yet
-// to make is its plan.
 func (s *Subscription) refresh(ctx context.Context) (SubscriptionInfo, error) {
-	s.mu.Lock()
-	if s.pending {
-		defer s.mu.Unlock()
-		return s.info, nil
-	}
-	s.mu.Unlock()
 	info, err := readSubscription(ctx, s.client, s.name)
 	if err != nil {
 		return SubscriptionInfo{}, err
@@ -369,13 +333,7 @@ func (s *Subscription) Window(ctx context.Context) (window.Window, error) {
 	if err != nil {
 		return window.Window{}, err
 	}
-	w := info.Window()
-	s.mu.Lock()
-	if s.pending {
-		w.Scope += ", to be created"
-	}
-	s.mu.Unlock()
-	return w, nil
+	return info.Window(), nil
 }
 
 // Redelivery reads the subscription again and reports its redelivery
@@ -402,45 +360,13 @@ func (s *Subscription) Redelivery(ctx context.Context) (window.RedeliveryPolicy,
 	}
 	expiry, discovered, _ := info.expiry()
 	r := window.RedeliveryPolicy{AckWait: s.lease, Expiry: expiry, ExpirySource: window.SourceDocumented}
-	s.mu.Lock()
-	pending := s.pending
-	s.mu.Unlock()
-	switch {
-	case discovered && pending: // the retention Options.Create will set
-		r.ExpirySource = window.SourceConfigured
-	case discovered:
+	if discovered {
 		r.ExpirySource = window.SourceDiscovered
 	}
 	if b := s.holdCap() + max(info.MaxBackoff, 0); b > 0 {
 		r.Backoff = []time.Duration{b}
 	}
 	return r, nil
-}
-
-// ErrNoMessageOrdering is matched by OrdersGroups' error for a
-// subscription without message ordering.
-var ErrNoMessageOrdering = errors.New("message ordering is off")
-
-// OrdersGroups reads the subscription again and reports nil when it has
-// message ordering (EnableMessageOrdering): the messages of one ordering
-// key (GroupKey) then reach Receive one at a time, in publish order, and a
-// key stays with one subscriber client while it is connected (see the
-// package doc). Without it, the error matches ErrNoMessageOrdering and
-// names the fix: message ordering cannot be turned on for an existing
-// subscription, so it takes a new one created with it.
-func (s *Subscription) OrdersGroups(ctx context.Context) error {
-	info, err := s.refresh(ctx)
-	if err != nil {
-		return err
-	}
-	if !info.Ordering {
-		return fmt.Errorf("dedupq/pubsub: subscription %s: %w (EnableMessageOrdering is false), so its ordering keys are delivered in any order;"+
-			" ordering cannot be turned on for an existing subscription: consume from a new one created with message ordering"+
-			" (enable_message_ordering, gcloud --enable-message-ordering; on an emulator, Options.Create with MessageOrdering:"+
-			" the URL parameters create, topic and ordering)",
-			s.name, ErrNoMessageOrdering)
-	}
-	return nil
 }
 
 // IsRetryable reports whether an error from Receive or a settle call is

@@ -8,8 +8,6 @@ import (
 
 	gpubsub "cloud.google.com/go/pubsub/v2"
 	pb "cloud.google.com/go/pubsub/v2/apiv1/pubsubpb"
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
 
 	"github.com/dedupq/dedupq/driver"
 	"github.com/dedupq/dedupq/window"
@@ -28,9 +26,6 @@ type Topic struct {
 
 	mu     sync.Mutex
 	closed bool
-	// pending: the topic was missing at open and Options.Create will
-	// make it (Provision).
-	pending bool
 	// flushing counts client Publishers still sending an attempt's
 	// messages after SendBatch returned; Close waits for them.
 	flushing sync.WaitGroup
@@ -39,8 +34,7 @@ type Topic struct {
 var _ driver.Topic = (*Topic)(nil)
 
 // OpenTopic opens topic (an ID in the client's project, or
-// projects/P/topics/ID) for publishing, after checking that it exists
-// (unless Options.Create will make it: see Provision). The
+// projects/P/topics/ID) for publishing, after checking that it exists. The
 // caller keeps ownership of client. Use a client from NewClient: with one
 // whose Publish calls retry, HiddenRetrySpan is Options.PublishTimeout (see
 // the package doc).
@@ -70,23 +64,8 @@ func openTopic(ctx context.Context, client *gpubsub.Client, owns bool, topic str
 // Name is the topic's full resource name.
 func (t *Topic) Name() string { return t.name }
 
-// check reads the topic, which must exist unless Options.Create will make
-// it.
 func (t *Topic) check(ctx context.Context) error {
-	t.mu.Lock()
-	pending := t.pending
-	t.mu.Unlock()
-	if pending {
-		return nil
-	}
-	_, err := t.client.TopicAdminClient.GetTopic(ctx, &pb.GetTopicRequest{Topic: t.name})
-	switch {
-	case err == nil:
-	case t.opts.Create && status.Code(err) == codes.NotFound:
-		t.mu.Lock()
-		t.pending = true
-		t.mu.Unlock()
-	default:
+	if _, err := t.client.TopicAdminClient.GetTopic(ctx, &pb.GetTopicRequest{Topic: t.name}); err != nil {
 		return fmt.Errorf("dedupq/pubsub: reading topic %s: %w", t.name, err)
 	}
 	return nil
@@ -104,13 +83,7 @@ func (t *Topic) Window(ctx context.Context) (window.Window, error) {
 	if err := t.check(ctx); err != nil {
 		return window.Window{}, err
 	}
-	w := noWindow(t.name)
-	t.mu.Lock()
-	if t.pending {
-		w.Scope += ", to be created"
-	}
-	t.mu.Unlock()
-	return w, nil
+	return noWindow(t.name), nil
 }
 
 // HiddenRetrySpan is zero when the client's own Publish retries are off,

@@ -37,22 +37,6 @@ func init() { dedupq.Register(Scheme, &URLOpener{}) }
 //	ack_wait          Options.AckExtension, a Go duration from 10s to 600s
 //	max_extension     Options.MaxExtension ("1h")
 //	max_outstanding   Options.MaxOutstandingMessages, a positive integer
-//	create            Options.Create (true/false), for emulators only (needs emulator=): create
-//	                  what is missing once the startup check passed — a publisher's topic; a
-//	                  consumer's subscription on topic=, and that topic if missing
-//	topic             Options.Topic: the topic ID a consumer's subscription receives from
-//	                  (required with create=true on a consumer URL; else checked)
-//	ordering          Options.MessageOrdering (true/false): a created subscription has message
-//	                  ordering, which ConsumerOptions.Ordered needs; an existing one must have it
-//	exactly_once      Options.ExactlyOnce (true/false): likewise for exactly-once delivery
-//	retention         Options.Retention: a created subscription's message retention, 10m to 744h
-//
-// topic, ordering, exactly_once and retention are a consumer's; a
-// publisher ignores them. With create=true the created subscription's ack
-// deadline is ack_wait's (default 10s). One URL then runs an ordered
-// consumer on an emulator with nothing made by hand:
-//
-//	pubsub://my-project/orders-worker?emulator=127.0.0.1:8085&create=true&topic=orders&ordering=true&exactly_once=true&retention=1h
 //
 // A URL never carries credentials. A missing or malformed part is reported
 // as a *dedupq.ParamError. Each opened driver has its own client (made by
@@ -77,13 +61,6 @@ func (o *URLOpener) OpenTopic(ctx context.Context, u *url.URL) (driver.Topic, er
 
 // OpenSubscription opens a Subscription for the subscription the URL names.
 func (o *URLOpener) OpenSubscription(ctx context.Context, u *url.URL) (driver.Subscription, error) {
-	cfg, err := ParseURL(u)
-	if err != nil {
-		return nil, err
-	}
-	if cfg.Options.Create && cfg.Options.Topic == "" {
-		return nil, dedupq.NewParamError(u, "topic", "create=true on a consumer URL needs topic=, the topic the subscription receives from")
-	}
 	c, id, opts, err := o.open(ctx, u)
 	if err != nil {
 		return nil, err
@@ -127,10 +104,9 @@ var (
 	// Topic and subscription IDs: 3–255 characters, starting with a
 	// letter, not with "goog".
 	resourceRE  = regexp.MustCompile(`^[A-Za-z][A-Za-z0-9._~+%-]{2,254}$`)
-	knownParams = []string{"emulator", "publish_timeout", "ack_wait", "max_extension", "max_outstanding",
-		"create", "topic", "ordering", "exactly_once", "retention"}
-	emuHostRE = regexp.MustCompile(`^[A-Za-z0-9.-]+$|^[0-9A-Fa-f:.]+$`)
-	portRE    = regexp.MustCompile(`^[0-9]{1,5}$`)
+	knownParams = []string{"emulator", "publish_timeout", "ack_wait", "max_extension", "max_outstanding"}
+	emuHostRE   = regexp.MustCompile(`^[A-Za-z0-9.-]+$|^[0-9A-Fa-f:.]+$`)
+	portRE      = regexp.MustCompile(`^[0-9]{1,5}$`)
 
 	credentialHint = "they come from the standard Google chain (GOOGLE_APPLICATION_CREDENTIALS, gcloud, metadata server)"
 )
@@ -184,7 +160,6 @@ func ParseURL(u *url.URL) (URLConfig, error) {
 		{"publish_timeout", &cfg.Options.PublishTimeout, time.Millisecond, 24 * time.Hour},
 		{"ack_wait", &cfg.Options.AckExtension, minAckExtension, maxAckExtension},
 		{"max_extension", &cfg.Options.MaxExtension, time.Second, 7 * 24 * time.Hour},
-		{"retention", &cfg.Options.Retention, minRetention, maxRetention},
 	}
 	for _, d := range durations {
 		if !q.Has(d.name) {
@@ -202,36 +177,6 @@ func ParseURL(u *url.URL) (URLConfig, error) {
 			return cfg, bad("max_outstanding", "want a positive integer")
 		}
 		cfg.Options.MaxOutstandingMessages = n
-	}
-	if q.Has("topic") {
-		t := q.Get("topic")
-		if !resourceRE.MatchString(t) || strings.HasPrefix(t, "goog") {
-			return cfg, bad("topic", "not a Pub/Sub topic ID (3–255 characters: letters, digits, . _ ~ + %% -, starting with a letter, not with goog)")
-		}
-		cfg.Options.Topic = t
-	}
-	bools := []struct {
-		name string
-		dst  *bool
-	}{
-		{"create", &cfg.Options.Create},
-		{"ordering", &cfg.Options.MessageOrdering},
-		{"exactly_once", &cfg.Options.ExactlyOnce},
-	}
-	for _, b := range bools {
-		if !q.Has(b.name) {
-			continue
-		}
-		v, err := strconv.ParseBool(q.Get(b.name))
-		if err != nil {
-			return cfg, bad(b.name, "want true or false")
-		}
-		*b.dst = v
-	}
-	if cfg.Options.Create && cfg.Emulator == "" {
-		return cfg, bad("create", "create=true is for emulators only and needs emulator=HOST:PORT;"+
-			" on Google Cloud, create the topic and the subscription with infrastructure as code (a subscription for an ordered"+
-			" consumer with enable_message_ordering, which cannot be turned on later) and drop create=true")
 	}
 	return cfg, nil
 }

@@ -38,12 +38,11 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"net/url"
 	"os"
 	"time"
 
 	"github.com/dedupq/dedupq"
-	"github.com/dedupq/dedupq/adapters/jetstream"
+	_ "github.com/dedupq/dedupq/adapters/jetstream"
 	"github.com/dedupq/dedupq/adapters/jetstream/embedded"
 	_ "github.com/dedupq/dedupq/adapters/mem"
 	_ "github.com/dedupq/dedupq/adapters/pubsub"
@@ -127,14 +126,8 @@ func check(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	for _, raw := range fs.Args() {
 		c, cancel := context.WithTimeout(ctx, *timeout)
 		in, err := dedupq.Inspect(c, raw, opts)
-		r := newReport(raw, in, err, opts.DedupTTL)
-		if err == nil && in.Ordering == nil {
-			if how := jetstreamOrdering(c, raw); how != "" {
-				r.Ordering += ": " + how
-			}
-		}
 		cancel()
-		reps = append(reps, r)
+		reps = append(reps, newReport(raw, in, err, opts.DedupTTL))
 	}
 	if *asJSON {
 		enc := json.NewEncoder(stdout)
@@ -148,27 +141,6 @@ func check(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		printText(stdout, reps)
 	}
 	return status(reps)
-}
-
-// jetstreamOrdering is how an ordered JetStream durable keeps a group's
-// order (its pin, the takeover's span, the longest nack), which the
-// window's model counts; "" for another URL, or when the durable cannot
-// be read again.
-func jetstreamOrdering(ctx context.Context, raw string) string {
-	u, err := url.Parse(raw)
-	if err != nil || u.Scheme != jetstream.Scheme {
-		return ""
-	}
-	sub, err := jetstream.URLOpener{}.OpenSubscription(ctx, u)
-	if err != nil {
-		return ""
-	}
-	defer sub.Close()
-	s, ok := sub.(*jetstream.Subscription)
-	if !ok {
-		return ""
-	}
-	return s.Ordering(ctx).String()
 }
 
 // status is the exit status for reps.

@@ -143,9 +143,6 @@ func TestCheckNoServices(t *testing.T) {
 		{golden: "mem-unsafe", args: []string{"check", "--max-attempts", "10", "--max-backoff", "1m", "mem://orders?window=1m&ack_wait=30s"}, wantCode: 1},
 		{golden: "mem-json", args: []string{"check", "--json", "--dedup-ttl", "1m", "mem://orders?window=1m&ack_wait=30s"}, wantCode: 1},
 		{golden: "embedded", args: []string{"check", "--dedup-ttl", "10m", embeddedURL}},
-		// An ordered durable: its pin and the takeover's span.
-		{golden: "embedded-ordered", args: []string{"check", "--dedup-ttl", "10m", "--ordered", "--group-backlog", "10",
-			"jetstream://embedded/ORDERED?subject=ordered&durable=worker&create=true&ordered=true&ack_wait=10s&max_deliveries=5"}},
 		// A publisher span (51.5s) beyond the 30s window: an ordered
 		// consumer's check counts the resent copy's wait behind its group.
 		{golden: "mem-ordered", args: []string{"check", "--dedup-ttl", "30m", "--ordered", "mem://orders?window=30s&ack_wait=30s&max_deliveries=5"}, wantCode: 1},

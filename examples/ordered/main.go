@@ -7,15 +7,13 @@
 //
 //	go run ./examples/ordered                       # mem://orders?window=2m&ack_wait=30s&max_deliveries=5, in memory
 //	DEDUPQ_URL='sqs://orders.fifo?region=us-east-1&endpoint=http://127.0.0.1:4566&create=true' go run ./examples/ordered
-//	DEDUPQ_URL='jetstream://embedded/ORDERS?subject=orders&durable=ordered&create=true&ordered=true&max_deliveries=5' go run ./examples/ordered
+//	DEDUPQ_URL='jetstream://embedded/ORDERS?subject=orders&durable=ordered&create=true&max_deliveries=5' go run ./examples/ordered
 //
-// The SQS run needs fauxqs (see examples/anybroker's doc); the JetStream
-// one runs a server in the process, and ordered=true makes its durable one
-// that keeps a group's order. On a subscription that cannot keep it (a
-// JetStream durable without ordered=true, a broker whose driver cannot
-// yet), Ordered makes the consumer refuse to start, naming why, instead of
-// running a customer's orders at once: the program prints the refusal and
-// stops.
+// The SQS run needs fauxqs (see examples/anybroker's doc). On a broker
+// whose consumer cannot keep a group's order yet (JetStream, Pub/Sub,
+// Service Bus), Ordered makes the consumer refuse to start, naming why,
+// instead of running a customer's orders at once: the program prints the
+// refusal and stops.
 package main
 
 import (

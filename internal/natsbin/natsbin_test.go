@@ -9,8 +9,11 @@ package natsbin
 import (
 	"bufio"
 	"context"
+	"encoding/json"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -102,17 +105,31 @@ func TestBuildsOnce(t *testing.T) {
 	}
 }
 
-// TestServerRuns starts the cached binary with JetStream (Start) and
-// checks that a client sees the version go.mod names and can use
-// JetStream.
+// TestServerRuns starts the cached binary with JetStream and checks that
+// a client sees the version go.mod names and can use JetStream.
 func TestServerRuns(t *testing.T) {
 	ctx, cancel := context.WithTimeout(t.Context(), buildTimeout)
 	defer cancel()
-	url, stop, err := Start(ctx, t.TempDir())
+	bin, err := Path(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(stop)
+	dir := t.TempDir()
+	// -p -1: the server picks a free port and writes it to the ports
+	// file, so no other process can take it between a probe and the bind.
+	cmd := exec.Command(bin, "-a", "127.0.0.1", "-p", "-1", "-js", "-sd", filepath.Join(dir, "js"), "--ports_file_dir", dir)
+	dieWithParent(cmd)
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+	t.Cleanup(func() {
+		_ = cmd.Process.Kill()
+		<-exited
+	})
+
+	url := readPortsFile(t, dir, bin, cmd.Process.Pid, exited)
 	nc, err := nats.Connect(url)
 	if err != nil {
 		t.Fatal(err)
@@ -132,3 +149,25 @@ func TestServerRuns(t *testing.T) {
 
 // readPortsFile polls, with a deadline, for the client URL the server
 // bin with pid writes to dir.
+func readPortsFile(t *testing.T, dir, bin string, pid int, exited <-chan error) string {
+	t.Helper()
+	// The server names it after its program and PID.
+	file := filepath.Join(dir, filepath.Base(bin)+"_"+strconv.Itoa(pid)+".ports")
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		if b, err := os.ReadFile(file); err == nil {
+			var ports struct{ Nats []string }
+			if json.Unmarshal(b, &ports) == nil && len(ports.Nats) > 0 {
+				return ports.Nats[0]
+			}
+		}
+		select {
+		case err := <-exited:
+			t.Fatalf("nats-server exited at start: %v", err)
+		case <-time.After(20 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no ports file %s within 30s", file)
+		}
+	}
+}
