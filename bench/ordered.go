@@ -6,12 +6,7 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
-
 	"github.com/dedupq/dedupq"
-	djs "github.com/dedupq/dedupq/adapters/jetstream"
-	"github.com/dedupq/dedupq/adapters/jetstream/embedded"
 	"github.com/dedupq/dedupq/adapters/mem"
 	"github.com/dedupq/dedupq/driver"
 )
@@ -86,15 +81,10 @@ func orderedRows(broker string, n int64, fill func(ctx context.Context, groups i
 	}
 }
 
-// orderedGroup is the ordered group's setup: its rows on mem and on an
-// embedded JetStream server (a current nats-server, which ordered
-// durables need).
-func orderedGroup(ctx context.Context, c config) ([]row, func(), error) {
-	js, cleanup, err := jetstreamOrderedRows(ctx)
-	if err != nil {
-		return nil, nil, err
-	}
-	return append(memOrderedRows(), js...), cleanup, nil
+// orderedGroup is the ordered group's setup: its rows on mem. (The
+// JetStream rows wait for the ordered durable: branch chaos-ordered-js.)
+func orderedGroup(context.Context, config) ([]row, func(), error) {
+	return memOrderedRows(), func() {}, nil
 }
 
 // memOrderedRows are the ordered rows on the in-memory broker, a broker
@@ -108,53 +98,6 @@ func memOrderedRows() []row {
 		return broker.Subscription("q"), nil
 	}
 	return orderedRows("mem", 200_000, fill)
-}
-
-// jetstreamOrderedRows are the ordered rows on an embedded server: each
-// side on a fresh stream, the ordered ones through an ordered durable
-// (ordered=true: a pinned priority group), the unordered ones through a
-// plain durable.
-func jetstreamOrderedRows(ctx context.Context) ([]row, func(), error) {
-	url, stop, err := embedded.Run(ctx, "")
-	if err != nil {
-		return nil, nil, err
-	}
-	nc, err := nats.Connect(url, nats.ReconnectBufSize(-1))
-	if err != nil {
-		stop()
-		return nil, nil, err
-	}
-	js, err := jetstream.New(nc)
-	if err != nil {
-		nc.Close()
-		stop()
-		return nil, nil, err
-	}
-	fill := func(ctx context.Context, groups int, n int64) (driver.Subscription, error) {
-		// The last side's stream goes first: no side's server carries
-		// the files of all the sides before it.
-		for name := range js.StreamNames(ctx).Name() {
-			if err := js.DeleteStream(ctx, name); err != nil {
-				return nil, err
-			}
-		}
-		name := randomName("ORDERED_")
-		cfg := djs.Config{Stream: name, Subject: "bench." + name, Durable: "bench", MaxDeliver: 5, Ordered: groups > 0}
-		if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: name, Subjects: []string{cfg.Subject, cfg.Subject + ".>"}, Storage: jetstream.FileStorage}); err != nil {
-			return nil, err
-		}
-		top, err := djs.OpenTopic(ctx, nc, cfg)
-		if err != nil {
-			return nil, err
-		}
-		err = sendGrouped(ctx, top, groups, n)
-		top.Close()
-		if err != nil {
-			return nil, err
-		}
-		return djs.OpenSubscription(ctx, nc, cfg)
-	}
-	return orderedRows("jetstream", 20_000, fill), func() { nc.Close(); stop() }, nil
 }
 
 // sendGrouped stores n messages m0… through top, in batches of its

@@ -34,15 +34,10 @@ const (
 // jetstreamBroker prepares the stream and durable on the NATS server at
 // addr, with a 10s dedup window so that the resends of a restarted
 // publisher outlive it and reach the consumers' dedup, and watches the
-// server's advisories for messages it gives up on. An ordered run's
-// durable is an ordered one (a pinned priority group: one consumer
-// process at a time, the others standing by).
-func jetstreamBroker(ctx context.Context, addr string, ordered bool) (*broker, error) {
+// server's advisories for messages it gives up on.
+func jetstreamBroker(ctx context.Context, addr string) (*broker, error) {
 	url := fmt.Sprintf("jetstream://%s/%s?subject=chaos&durable=%s&create=true&window=10s&ack_wait=%s&max_deliveries=%d",
 		addr, streamName, durableName, ackWait, maxDeliver)
-	if ordered {
-		url += "&ordered=true"
-	}
 	con, err := dedupq.OpenConsumer(ctx, url, dedupq.ConsumerOptions{})
 	if err != nil {
 		return nil, fmt.Errorf("creating the stream and durable: %w", err)
@@ -76,8 +71,7 @@ func jetstreamBroker(ctx context.Context, addr string, ordered bool) (*broker, e
 		}
 	}
 	return &broker{
-		url:         url,
-		oneConsumer: ordered,
+		url: url,
 		settled: func(ctx context.Context) (bool, string) {
 			ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 			defer cancel()

@@ -33,10 +33,11 @@ const roleEnv = "DEDUPQ_CHAOS_ROLE"
 
 // The consumers' settings, which the orchestrator holds them to.
 const (
-	// dedupTTL covers an ordered run's worst case on JetStream, whose
-	// window (10s) the publishers' retry span overruns: a resent copy
-	// waits behind up to groupBacklog (400) messages of its group, each
-	// holding it for a redelivery span (20 × 10s), about a day.
+	// dedupTTL covers an ordered run's worst case where the publishers'
+	// retry span overruns the broker's window (mem's 1s, JetStream's
+	// 10s): a resent copy waits behind up to groupBacklog (400) messages
+	// of its group, each holding it for a redelivery span (20 × 10s on
+	// JetStream), about a day.
 	dedupTTL        = 7 * 24 * time.Hour
 	shutdownTimeout = 5 * time.Second
 	settleTimeout   = 5 * time.Second
