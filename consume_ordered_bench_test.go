@@ -21,7 +21,6 @@ package dedupq_test
 import (
 	"context"
 	"strconv"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -60,32 +59,8 @@ func BenchmarkConsumeOrderedMem(b *testing.B) {
 					b.Fatal(err)
 				}
 			}
-			con, err := dedupq.NewConsumer(ctx, broker.Subscription("q"),
-				dedupq.ConsumerOptions{Concurrency: tc.concurrency, Ordered: tc.groups > 0})
-			if err != nil {
-				b.Fatal(err)
-			}
-			defer con.Close(ctx)
-			runCtx, stop := context.WithCancel(ctx)
-			var handled atomic.Int64
-			b.ReportAllocs()
-			b.ResetTimer()
-			cpu := reportCPU(b)
-			err = con.Run(runCtx, func(context.Context, *dedupq.Delivery) error {
-				if handled.Add(1) == int64(b.N) {
-					stop()
-				}
-				return nil
-			})
-			b.StopTimer()
-			cpu()
-			stop()
-			if err != nil {
-				b.Fatal(err)
-			}
-			if s := con.Stats(); s.Acked != uint64(b.N) {
-				b.Fatalf("acked %d of %d", s.Acked, b.N)
-			}
+			consumeN(b, broker.Subscription("q"),
+				dedupq.ConsumerOptions{Concurrency: tc.concurrency, Ordered: tc.groups > 0}, 0)
 		})
 	}
 }

@@ -90,6 +90,18 @@ func (tr *runLog) get() []string {
 	return slices.Clone(tr.events)
 }
 
+// failing is a handler that logs each start and fails every delivery of
+// id.
+func (tr *runLog) failing(id string) Handler {
+	return func(_ context.Context, d *Delivery) error {
+		tr.add("start " + d.Message.ID)
+		if d.Message.ID == id {
+			return errors.New("failed")
+		}
+		return nil
+	}
+}
+
 func (tr *runLog) has(e string) bool { return slices.Contains(tr.get(), e) }
 
 // The deliveries of one group run one at a time in the order received,
@@ -137,13 +149,7 @@ func TestGroupRunsInOrderBesideOtherGroups(t *testing.T) {
 func TestGroupHeadFailureGivesBackTheRest(t *testing.T) {
 	sub, c := newOrderedConsumer(t, ConsumerOptions{Concurrency: 4})
 	var tr runLog
-	stop := runConsumer(t, c, func(_ context.Context, d *Delivery) error {
-		tr.add("start " + d.Message.ID)
-		if d.Message.ID == "a-1" {
-			return errors.New("failed")
-		}
-		return nil
-	})
+	stop := runConsumer(t, c, tr.failing("a-1"))
 	defer stop()
 	sub.pushBatch("a-1", "a-2", "a-3", "b-1")
 	testutil.WaitFor(t, func() bool { return sub.get("a-3") != "" && sub.get("b-1") != "" })
@@ -201,14 +207,7 @@ func TestGroupBlockedUntilItsFailedHeadComesAgain(t *testing.T) {
 func TestGroupBlockEndsWithoutItsHead(t *testing.T) {
 	fake := clock.NewFake(time.Unix(0, 0))
 	sub, c := newOrderedConsumer(t, ConsumerOptions{Concurrency: 4, Clock: fake})
-	var tr runLog
-	stop := runConsumer(t, c, func(_ context.Context, d *Delivery) error {
-		tr.add("start " + d.Message.ID)
-		if d.Message.ID == "a-1" {
-			return errors.New("failed")
-		}
-		return nil
-	})
+	stop := runConsumer(t, c, new(runLog).failing("a-1"))
 	defer stop()
 	sub.pushBatch("a-1")
 	testutil.WaitFor(t, func() bool { return sub.get("a-1") != "" })
